@@ -1,1 +1,26 @@
-__version__ = '0.1.0'
+"""rllib_llm: a Ray RLlib plugin for RL post-training of language models with verifiable rewards.
+
+    from rllib_llm import RLVRConfig
+    algo = RLVRConfig().environment("math_verify").training(pg_variant="topr").build()
+
+Importing the package registers the `math_verify` environment with Ray Tune and Gymnasium. It
+never imports vLLM or DeepSpeed: those load only when a config asks for them.
+"""
+
+__version__ = "0.1.0"
+
+from rllib_llm.envs import register_envs as _register_envs
+
+_register_envs()
+
+
+def __getattr__(name: str):
+    # RLlib is heavy to import; `import rllib_llm.core` stays light until the algorithm is used.
+    if name in ("RLVRConfig", "RLVR"):
+        from rllib_llm import algorithm
+
+        return getattr(algorithm, name)
+    raise AttributeError(f"module 'rllib_llm' has no attribute {name!r}")
+
+
+__all__ = ["RLVR", "RLVRConfig", "__version__"]

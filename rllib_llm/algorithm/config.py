@@ -1,0 +1,184 @@
+"""`RLVRConfig`: RLlib AlgorithmConfig for RL with verifiable rewards on language models.
+
+    config = RLVRConfig().environment("math_verify").training(pg_variant="topr", lr=1e-3)
+    algo = config.build()
+    algo.train()
+
+Every RLVR setting is declared once, with its documentation and rule, in `fields.py`; this
+class sets their defaults, accepts them (and ROLL's aliases) in `.training()`, and validates
+them — and the rules that tie several of them together — when the algorithm is built.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import inspect
+from typing import Any
+
+from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+from rllib_llm.algorithm.fields import ALIASES, FIELDS, FIELDS_BY_NAME, check_field
+
+GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_baseline")
+CRITIC_ESTIMATORS = ("gae",)
+
+
+class RLVRConfig(AlgorithmConfig):
+    """Configuration of `RLVR`. See `rllib_llm.algorithm.fields` for every setting."""
+
+    def __init__(self, algo_class=None):
+        from rllib_llm.algorithm.rlvr import RLVR
+
+        super().__init__(algo_class=algo_class or RLVR)
+        for f in FIELDS:
+            setattr(self, f.name, copy.deepcopy(f.default))
+        # RLlib settings with LLM-RL defaults: undiscounted rewards, a small LR, clipped grads,
+        # and sampling in the driver process unless the user asks for remote env runners.
+        self.gamma = 1.0
+        self.lr = 1e-6
+        self.grad_clip = 1.0
+        self.grad_clip_by = "global_norm"
+        self.num_env_runners = 0
+        from rllib_llm.rollout.env_runner import RLVREnvRunner
+
+        self.env_runner_cls = RLVREnvRunner
+
+    # --- setting fields -------------------------------------------------------------------------
+    def training(self, **kwargs) -> "RLVRConfig":
+        """Set RLVR fields (see fields.py), ROLL aliases, or any RLlib `training()` argument."""
+        ours = {}
+        rllib_params = inspect.signature(AlgorithmConfig.training).parameters
+        for key in list(kwargs):
+            if key in ALIASES:
+                name, convert = ALIASES[key]
+                ours[name] = convert(kwargs.pop(key))
+            elif key in FIELDS_BY_NAME:
+                ours[key] = kwargs.pop(key)
+            elif key not in rllib_params:
+                close = difflib.get_close_matches(key, [*FIELDS_BY_NAME, *ALIASES], n=3)
+                hint = f" Did you mean {', '.join(close)}?" if close else ""
+                raise ValueError(
+                    f"RLVRConfig.training() got an unknown setting {key!r}.{hint} Settings are "
+                    "listed in rllib_llm/algorithm/fields.py and the README."
+                )
+        super().training(**kwargs)
+        for key, value in ours.items():
+            setattr(self, key, value)
+        return self
+
+    def env_runners(self, *, rollout_engine: str | None = None, **kwargs) -> "RLVRConfig":
+        """RLlib's env_runners(), plus `rollout_engine` ('torch')."""
+        if rollout_engine is not None:
+            self.rollout_engine = rollout_engine
+        super().env_runners(**kwargs)
+        return self
+
+    def update_from_dict(self, config_dict: dict[str, Any]) -> "RLVRConfig":
+        # Tune passes flat dicts: accept ROLL's aliases there too.
+        config_dict = dict(config_dict)
+        for alias, (name, convert) in ALIASES.items():
+            if alias in config_dict:
+                config_dict[name] = convert(config_dict.pop(alias))
+        return super().update_from_dict(config_dict)
+
+    # --- validation -----------------------------------------------------------------------------
+    def validate(self) -> None:
+        super().validate()
+        for f in FIELDS:
+            check_field(f.name, getattr(self, f.name))
+        self._validate_combinations()
+
+    def _validate_combinations(self) -> None:
+        n = self.num_return_sequences_in_group
+        if self.adv_estimator in CRITIC_ESTIMATORS:
+            raise ValueError(
+                f"RLVRConfig.adv_estimator={self.adv_estimator!r} needs a critic (value model), "
+                "which rllib_llm does not ship yet. Use 'grpo', 'rloo', 'reinforce_baseline' or "
+                "'reinforce'."
+            )
+        if self.adv_estimator in GROUP_ESTIMATORS and n < 2:
+            raise ValueError(
+                f"RLVRConfig.num_return_sequences_in_group={n} is too small for "
+                f"adv_estimator={self.adv_estimator!r}: a group baseline needs >= 2 responses "
+                "per prompt. Set num_return_sequences_in_group >= 2."
+            )
+        if "group" in (self.norm_mean_type, self.norm_std_type) and n < 2:
+            raise ValueError(
+                f"RLVRConfig.norm_mean_type/norm_std_type='group' needs "
+                f"num_return_sequences_in_group >= 2, got {n}."
+            )
+        if self.tis_lower_bound > self.tis_upper_bound:
+            raise ValueError(
+                f"RLVRConfig.tis_lower_bound={self.tis_lower_bound} exceeds tis_upper_bound="
+                f"{self.tis_upper_bound}; the truncation interval must satisfy lower <= upper."
+            )
+        runners = max(1, self.num_env_runners)
+        if self.rollout_batch_size % runners:
+            raise ValueError(
+                f"RLVRConfig.rollout_batch_size={self.rollout_batch_size} must be divisible by "
+                f"num_env_runners={self.num_env_runners}, so every runner samples whole groups."
+            )
+        total = self.rollout_batch_size * n
+        if self.mini_batch_size is not None and total % self.mini_batch_size:
+            raise ValueError(
+                f"RLVRConfig.mini_batch_size={self.mini_batch_size} must divide the "
+                f"{total} responses of an iteration (rollout_batch_size * "
+                "num_return_sequences_in_group)."
+            )
+        if self.kl_penalty == "full" and self.add_token_level_kl:
+            raise ValueError(
+                "RLVRConfig.kl_penalty='full' is not supported for the KL in the reward "
+                "(add_token_level_kl=True): it needs full-vocabulary logits of the sampler. "
+                "Use 'kl', 'mse' or 'k3'."
+            )
+        if self.kl_loss_kind == "full":
+            raise ValueError(
+                "RLVRConfig.kl_loss_kind='full' is not supported yet; use 'k3' (default), "
+                "'kl', 'abs' or 'mse'."
+            )
+        if self.num_learners > 1:
+            raise ValueError(
+                f"RLVRConfig.num_learners={self.num_learners}: data-parallel learners would split "
+                "prompt groups across shards; use num_learners <= 1 (DeepSpeed arrives later)."
+            )
+
+    # --- what RLlib builds ----------------------------------------------------------------------
+    @property
+    def uses_reference(self) -> bool:
+        return bool(self.use_kl_loss or self.add_token_level_kl)
+
+    def get_default_rl_module_spec(self) -> RLModuleSpec:
+        from rllib_llm.learner.module import RLVRModule
+
+        return RLModuleSpec(
+            module_class=RLVRModule,
+            model_config={
+                "model_name_or_path": self.model_name_or_path,
+                "model_dtype": self.model_dtype,
+                "temperature": self.temperature,
+                "use_reference": self.uses_reference,
+            },
+        )
+
+    def get_default_learner_class(self):
+        from rllib_llm.learner.learner import RLVRLearner
+
+        return RLVRLearner
+
+    def build_learner_connector(self, input_observation_space, input_action_space, device=None):
+        from ray.rllib.connectors.learner import LearnerConnectorPipeline
+
+        from rllib_llm.learner.connector import PackAndComputeAdvantages
+        from rllib_llm.models import load_tokenizer
+
+        tokenizer = load_tokenizer(self.model_name_or_path)
+        return LearnerConnectorPipeline(
+            connectors=[PackAndComputeAdvantages(
+                input_observation_space, input_action_space, config=self,
+                pad_token_id=tokenizer.pad_token_id,
+            )],
+            input_observation_space=input_observation_space,
+            input_action_space=input_action_space,
+        )

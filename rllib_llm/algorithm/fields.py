@@ -1,0 +1,256 @@
+"""Every RLVR training setting, declared once: name, default, documentation and rule.
+
+This table is the single source for `RLVRConfig`'s attributes, its `validate()`, the README's
+settings reference and the CLI's `--help`. Names and defaults follow ROLL's PPO-family
+`RLVRConfig` and ../shared/ALGORITHMS.md; where we differ from ROLL the doc says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+# A rule returns None when the value is fine, else the rule in words ("must be > 0").
+Rule = Callable[[Any], "str | None"]
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    default: Any
+    doc: str
+    rule: Rule | None = None
+    section: str = "training"
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def positive(v: Any) -> str | None:
+    return None if _is_number(v) and v > 0 else "must be a number > 0"
+
+
+def non_negative(v: Any) -> str | None:
+    return None if _is_number(v) and v >= 0 else "must be a number >= 0"
+
+
+def positive_int(v: Any) -> str | None:
+    return None if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else (
+        "must be an integer >= 1"
+    )
+
+
+def unit_interval(v: Any) -> str | None:
+    return None if _is_number(v) and 0 <= v <= 1 else "must be a number in [0, 1]"
+
+
+def open_unit_interval(v: Any) -> str | None:
+    return None if _is_number(v) and 0 < v <= 1 else "must be a number in (0, 1]"
+
+
+def boolean(v: Any) -> str | None:
+    return None if isinstance(v, bool) else "must be True or False"
+
+
+def text(v: Any) -> str | None:
+    return None if isinstance(v, str) and v else "must be a non-empty string"
+
+
+def optional(rule: Rule) -> Rule:
+    def check(v: Any) -> str | None:
+        if v is None:
+            return None
+        why = rule(v)
+        return None if why is None else f"{why} (or None)"
+
+    return check
+
+
+def one_of(names: Callable[[], tuple[str, ...]] | tuple[str, ...]) -> Rule:
+    """A name from a fixed tuple, or from a registry read at check time (user additions count)."""
+
+    def check(v: Any) -> str | None:
+        valid = names() if callable(names) else names
+        return None if v in valid else f"must be one of {sorted(valid)}"
+
+    return check
+
+
+def _core_names(kind: str) -> Callable[[], tuple[str, ...]]:
+    """Valid names of one core registry, read when checked so user registrations count."""
+
+    def names() -> tuple[str, ...]:
+        from rllib_llm import core
+
+        return {
+            "pg_variant": core.PG_VARIANT_REGISTRY.names,
+            "loss_agg_mode": lambda: core.AGG_MODES,
+            "kl_kind": core.KL_ESTIMATOR_REGISTRY.names,
+            "adv_estimator": core.ADV_ESTIMATOR_REGISTRY.names,
+        }[kind]()
+
+    return names
+
+
+# Norm types: None means "off" and is handled by `optional`.
+_NORM_TYPES = ("batch", "group", "running")
+
+FIELDS: tuple[Field, ...] = (
+    # --- model and sampling -------------------------------------------------------------------
+    Field("model_name_or_path", "embedded",
+          "Causal LM to train: 'embedded' (the tiny char-level Llama shipped with rllib_llm, no "
+          "download), a local Hugging Face checkpoint directory, or a hub id.", text, "model"),
+    Field("model_dtype", "float32",
+          "Parameter dtype of learner and sampler: 'float32', 'bfloat16' or 'float16'.",
+          one_of(("float32", "bfloat16", "float16")), "model"),
+    Field("rollout_batch_size", 8,
+          "Prompts per training iteration (ROLL's name; ROLL's examples use 128-512 on GPUs, "
+          "8 suits the embedded model on a CPU). Split evenly over env runners.",
+          positive_int, "rollout"),
+    Field("num_return_sequences_in_group", 8,
+          "Responses sampled per prompt (the group of GRPO/RLOO). ROLL defaults to 1 with "
+          "adv_estimator='gae'; the critic-free estimators here need >= 2.", positive_int,
+          "rollout"),
+    Field("prompt_length", 64,
+          "Longest prompt in tokens; longer dataset prompts are dropped when the env loads them.",
+          positive_int, "rollout"),
+    Field("response_length", 16,
+          "Most tokens the policy may generate per response (episode truncation).", positive_int,
+          "rollout"),
+    Field("temperature", 1.0,
+          "Sampling temperature. The learner scores tokens with logits / temperature, exactly as "
+          "the sampler drew them.", positive, "rollout"),
+    Field("top_p", 1.0, "Nucleus sampling mass, in (0, 1].", open_unit_interval, "rollout"),
+    Field("rollout_engine", "torch",
+          "Generation backend of the env runners: 'torch' (batched Hugging Face generate with a "
+          "KV cache). 'vllm' arrives with the vLLM issue.", one_of(("torch",)), "rollout"),
+    # --- optimisation ---------------------------------------------------------------------------
+    Field("ppo_epochs", 1, "Passes over each rollout batch.", positive_int, "optimisation"),
+    Field("mini_batch_size", None,
+          "Responses per optimizer step; None = the whole rollout batch (one step per epoch). "
+          "Must divide rollout_batch_size * num_return_sequences_in_group.",
+          optional(positive_int), "optimisation"),
+    Field("micro_batch_size", None,
+          "Responses per forward/backward pass inside a mini-batch (gradient accumulation); "
+          "losses are normalised by whole-mini-batch counts, so this changes memory, not the "
+          "update. None = the whole mini-batch.", optional(positive_int), "optimisation"),
+    # --- policy-gradient loss -------------------------------------------------------------------
+    Field("pg_variant", "ppo",
+          "Per-token policy-gradient loss: vanilla, ppo, tis, topr, cispo, kimi15, gspo (or a "
+          "name added with rllib_llm.core.register_pg_variant).", one_of(_core_names("pg_variant")),
+          "loss"),
+    Field("loss_agg_mode", "seq-mean-token-mean",
+          "How per-token losses become one number: token-mean, seq-mean-token-sum, "
+          "seq-mean-token-mean, seq-mean-token-sum-norm (Dr. GRPO).",
+          one_of(_core_names("loss_agg_mode")), "loss"),
+    Field("loss_agg_norm_length", None,
+          "norm_length of seq-mean-token-sum-norm; None = the padded response length T.",
+          optional(positive_int), "loss"),
+    Field("pg_clip", 0.2, "PPO/GSPO ratio clip epsilon.", positive, "loss"),
+    Field("pg_clip_low", None, "Lower clip epsilon; None = pg_clip.", optional(positive), "loss"),
+    Field("pg_clip_high", None,
+          "Upper clip epsilon; None = pg_clip (clip-higher, DAPO: 0.28).", optional(positive),
+          "loss"),
+    Field("dual_clip_loss", False,
+          "Dual-clip PPO (arXiv:1912.09729): for A < 0 bound the loss by -dual_clip_c * A.",
+          boolean, "loss"),
+    Field("dual_clip_c", 3.0,
+          "Dual-clip constant c (> 1). ROLL uses 1 + 2 * pg_clip; we follow the paper.",
+          lambda v: None if _is_number(v) and v > 1 else "must be a number > 1", "loss"),
+    Field("tis_lower_bound", 0.0, "TIS: lower truncation of the importance ratio.",
+          non_negative, "loss"),
+    Field("tis_upper_bound", 1.0, "TIS: upper truncation of the importance ratio.", positive,
+          "loss"),
+    Field("topr_positive_weight", 1.0,
+          "TOPR (arXiv:2503.14286): weight of responses with score > 0 (ROLL alias: "
+          "positive_loss_coef).", non_negative, "loss"),
+    Field("topr_negative_weight", 1.0,
+          "TOPR: weight of responses with score <= 0 (ROLL alias: use_topr_neg_loss_coef).",
+          non_negative, "loss"),
+    Field("topr_ratio_level", "token",
+          "TOPR truncated ratio per 'token' or per 'sequence' (the paper's trajectory ratio).",
+          one_of(("token", "sequence")), "loss"),
+    Field("cispo_epsilon_low", 0.1, "CISPO: lower clip of the stop-gradient IS weight.",
+          non_negative, "loss"),
+    Field("cispo_epsilon_high", 0.1, "CISPO: upper clip of the stop-gradient IS weight.",
+          non_negative, "loss"),
+    Field("cispo_use_unified_mask", False,
+          "CISPO: zero the tokens PPO's clip would have dropped (the unified mask).", boolean,
+          "loss"),
+    Field("kimi15_tau", 0.1, "Kimi k1.5: weight tau of the squared log-ratio penalty.",
+          non_negative, "loss"),
+    Field("pg_variant_kwargs", {},
+          "Extra keyword parameters for a pg_variant you registered yourself (the built-in "
+          "variants read the fields above).",
+          lambda v: None if isinstance(v, dict) else "must be a dict", "loss"),
+    Field("rl_loss_coef", 1.0, "Scales the policy-gradient and KL-loss terms (ROLL).",
+          non_negative, "loss"),
+    Field("entropy_coef", 0.0, "Entropy bonus coefficient (0 = off).", non_negative, "loss"),
+    Field("positive_nll_coef", 0.0,
+          "VAPO's positive-example LM loss coefficient (0 = off).", non_negative, "loss"),
+    # --- KL -------------------------------------------------------------------------------------
+    Field("use_kl_loss", True, "Add a KL(policy || reference) term to the loss.", boolean, "kl"),
+    Field("kl_loss_coef", 0.001, "Coefficient of the KL loss.", non_negative, "kl"),
+    Field("kl_loss_kind", "k3", "KL estimator of the KL loss: kl/k1, abs, mse/k2, k3/low_var_kl.",
+          one_of(_core_names("kl_kind")), "kl"),
+    Field("add_token_level_kl", False,
+          "Subtract beta * KL(old || reference) from each token's reward (REINFORCE++).", boolean,
+          "kl"),
+    Field("kl_penalty", "kl", "KL estimator of the KL-in-reward: kl, abs, mse, k3, ... .",
+          one_of(_core_names("kl_kind")), "kl"),
+    Field("init_kl_coef", 0.2, "beta of the KL-in-reward (initial value when adaptive).",
+          non_negative, "kl"),
+    Field("target_kl", None, "Adaptive beta's target KL; None = fixed beta.", optional(positive),
+          "kl"),
+    Field("kl_horizon", 10000, "Adaptive beta's horizon in steps.", positive, "kl"),
+    # --- rewards and advantages -----------------------------------------------------------------
+    Field("adv_estimator", "grpo",
+          "Advantage estimator: reinforce, grpo, rloo, reinforce_baseline ('gae' needs the "
+          "critic of a later release). ROLL defaults to gae.",
+          one_of(_core_names("adv_estimator")), "advantage"),
+    Field("gamma", 1.0, "Discount of token rewards.", unit_interval, "advantage"),
+    Field("lambd", 0.95, "GAE lambda (used with adv_estimator='gae').", unit_interval,
+          "advantage"),
+    Field("reward_clip", None, "Clamp scores to +-reward_clip; None = off.", optional(positive),
+          "advantage"),
+    Field("norm_mean_type", None, "Subtract the 'batch', 'group' or 'running' score mean.",
+          optional(one_of(_NORM_TYPES)), "advantage"),
+    Field("norm_std_type", None, "Divide by the 'batch', 'group' or 'running' score std.",
+          optional(one_of(_NORM_TYPES)), "advantage"),
+    Field("whiten_advantages", True, "Whiten advantages over the batch's mask tokens.", boolean,
+          "advantage"),
+    Field("advantage_clip", 2.0, "Clamp advantages to +-advantage_clip; None = off.",
+          optional(positive), "advantage"),
+    Field("value_clip", None, "Critic value clip (used with adv_estimator='gae').",
+          optional(positive), "advantage"),
+    # --- evaluation -----------------------------------------------------------------------------
+    Field("eval_num_problems", 200, "Held-out problems scored by RLVR.evaluate_accuracy().",
+          positive_int, "evaluation"),
+    Field("eval_temperature", 1.0,
+          "Sampling temperature of evaluation; 0 = greedy.", non_negative, "evaluation"),
+)
+
+FIELDS_BY_NAME: dict[str, Field] = {f.name: f for f in FIELDS}
+
+# ROLL's names that map onto ours: alias -> (our field, how to convert the value).
+ALIASES: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "positive_loss_coef": ("topr_positive_weight", lambda v: v),
+    "use_topr_neg_loss_coef": ("topr_negative_weight", lambda v: v),
+    "max_new_tokens": ("response_length", lambda v: v),
+}
+
+def check_field(name: str, value: Any) -> None:
+    """Raise ValueError naming the field, the value and the rule, if `value` breaks the rule."""
+    rule = FIELDS_BY_NAME[name].rule
+    why = rule(value) if rule else None
+    if why is not None:
+        raise ValueError(f"RLVRConfig.{name}={value!r} is invalid: it {why}.")
+
+
+def reference_markdown() -> str:
+    """The settings reference as a Markdown table (for the README and `--help`)."""
+    rows = ["| field | default | meaning |", "|---|---|---|"]
+    for f in FIELDS:
+        rows.append(f"| `{f.name}` | `{f.default!r}` | {f.doc} |")
+    return "\n".join(rows)

@@ -1,0 +1,102 @@
+"""The learner connector: episodes → packed (B, T) batch with advantages.
+
+Runs once per training iteration on the whole rollout batch, before RLlib splits it into
+mini-batches, because batch whitening, group baselines and running reward statistics are
+properties of the whole batch (ALGORITHMS.md, "Rewards and advantages").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.rllib.connectors.connector_v2 import ConnectorV2
+from ray.rllib.core import DEFAULT_MODULE_ID
+
+from rllib_llm import core
+from rllib_llm.learner.packing import episode_tokens, order_by_group, pack
+
+# Metric names this connector logs (under the learner's results).
+KL_COEF = "kl_in_reward_coef"
+KL_IN_REWARD = "kl_in_reward"
+SCORE_MEAN = "score_mean"
+ADVANTAGE_MEAN = "advantage_mean"
+ADVANTAGE_ABS_MEAN = "advantage_abs_mean"
+
+
+class PackAndComputeAdvantages(ConnectorV2):
+    """Builds the learner batch of one module from RLVR episodes.
+
+    Args:
+        config: the RLVRConfig (read once here, so the per-batch code stays pure).
+        pad_token_id: the tokenizer's pad id.
+    """
+
+    def __init__(self, input_observation_space=None, input_action_space=None, *, config,
+                 pad_token_id: int, **kwargs):
+        super().__init__(input_observation_space, input_action_space, **kwargs)
+        self.cfg = config
+        self.pad_token_id = pad_token_id
+        self.kl_controller = core.AdaptiveKLController(
+            config.init_kl_coef, config.target_kl, config.kl_horizon
+        )
+        uses_running = "running" in (config.norm_mean_type, config.norm_std_type)
+        self.running_stats = core.RunningMeanStd() if uses_running else None
+
+    def __call__(self, *, rl_module, batch, episodes, explore=None, shared_data=None,
+                 metrics=None, **kwargs) -> Any:
+        cfg = self.cfg
+        module = rl_module[DEFAULT_MODULE_ID]
+        items = order_by_group([episode_tokens(e) for e in episodes],
+                               cfg.num_return_sequences_in_group)
+        data = pack(items, self.pad_token_id)
+        mask = data["action_mask"]
+        if module.has_reference:
+            data["ref_logp"] = module.score_tokens(data, reference=True)
+        token_kl = None
+        if cfg.add_token_level_kl:
+            # KL of the behaviour policy to the reference, charged in the reward (REINFORCE++).
+            token_kl = core.kl_estimate(data["old_logp"], data["ref_logp"], cfg.kl_penalty) * mask
+            mean_kl = (token_kl.sum() / mask.sum().clamp(min=1)).item()
+            self._log(metrics, KL_IN_REWARD, mean_kl)
+            self._log(metrics, KL_COEF, self.kl_controller.value)
+        advantages, returns, _ = core.compute_advantages(
+            data["scores"], mask,
+            adv_estimator=cfg.adv_estimator,
+            group_size=cfg.num_return_sequences_in_group,
+            gamma=cfg.gamma,
+            lambd=cfg.lambd,
+            reward_clip=cfg.reward_clip,
+            norm_mean_type=cfg.norm_mean_type,
+            norm_std_type=cfg.norm_std_type,
+            running_stats=self.running_stats,
+            token_kl=token_kl,
+            kl_coef=self.kl_controller.value if token_kl is not None else 0.0,
+            whiten_advantages=cfg.whiten_advantages,
+            advantage_clip=cfg.advantage_clip,
+        )
+        if token_kl is not None:
+            self.kl_controller.update(mean_kl, len(items))
+        data["advantages"] = advantages.float()
+        self._log(metrics, SCORE_MEAN, data["scores"].mean().item())
+        n = mask.sum().clamp(min=1)
+        self._log(metrics, ADVANTAGE_MEAN, ((advantages * mask).sum() / n).item())
+        self._log(metrics, ADVANTAGE_ABS_MEAN, ((advantages.abs() * mask).sum() / n).item())
+        device = next(module.parameters()).device
+        return {DEFAULT_MODULE_ID: {k: v.to(device) for k, v in data.items()}}
+
+    @staticmethod
+    def _log(metrics, name: str, value: float) -> None:
+        if metrics is not None:
+            metrics.log_value((DEFAULT_MODULE_ID, name), value, window=1)
+
+    def get_state(self, *args, **kwargs) -> dict[str, Any]:
+        state = {"kl_coef": self.kl_controller.value}
+        if self.running_stats is not None:
+            state["running_stats"] = self.running_stats.state_dict()
+        return state
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if "kl_coef" in state:
+            self.kl_controller.value = state["kl_coef"]
+        if self.running_stats is not None and "running_stats" in state:
+            self.running_stats.load_state_dict(state["running_stats"])

@@ -1,0 +1,248 @@
+"""`RLVREnvRunner`: generates whole responses in batches, then steps the env through them.
+
+Per iteration each runner takes its share of `rollout_batch_size` prompts from its environment,
+samples `num_return_sequences_in_group` responses per prompt with the rollout engine (one batched
+call with a KV cache), and replays every response through the environment with `step_chunk`, so
+the environment stays the authority on rewards and termination while the per-token Python work
+stays small. Each response becomes one `SingleAgentEpisode` carrying the sampler's log-probs and
+the weight version that produced it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+import numpy as np
+from ray.rllib.core import COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
+from ray.rllib.env import INPUT_ENV_SINGLE_SPACES, INPUT_ENV_SPACES
+from ray.rllib.env.env_runner import EnvRunner
+from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_NO
+
+from rllib_llm.learner.packing import ACTION_LOGP, GROUP_ID, WEIGHT_VERSION
+from rllib_llm.rollout.engine import SamplingParams
+from rllib_llm.rollout.threads import limit_torch_threads
+
+# Metric names (under env_runners/ in the results).
+EPISODE_RETURN_MEAN = "episode_return_mean"
+ACCURACY = "accuracy"
+RESPONSE_LENGTH_MEAN = "response_length_mean"
+TRUNCATED_FRACTION = "truncated_fraction"
+GENERATE_S = "time_generate_s"
+VERIFY_S = "time_verify_s"
+GENERATE_TOKENS_PER_S = "generate_tokens_per_s"
+WEIGHT_VERSION_METRIC = "weight_version"
+VERIFIER_TIMEOUTS = "verifier_timeouts"
+
+
+class RLVREnvRunner(EnvRunner):
+    """An EnvRunner for token-level LLM environments (single-turn for now).
+
+    `sample()` returns complete episodes only: a response is generated to its end before the
+    episode is built, so there are never partial episodes to carry across calls.
+    """
+
+    def __init__(self, *, config, **kwargs):
+        super().__init__(config=config, **kwargs)
+        limit_torch_threads()
+        self._counter = itertools.count()
+        self._weights_seq_no = 0
+        self.env = self._make_env(split=None)
+        self._eval_env = None
+        self.make_module()
+        self.engine = self._make_engine()
+
+    # --- construction ---------------------------------------------------------------------------
+    def _env_config(self, split: str | None) -> dict[str, Any]:
+        cfg = self.config
+        env_config = dict(cfg.env_config)
+        env_config.update(
+            model=cfg.model_name_or_path,
+            prompt_length=cfg.prompt_length,
+            response_length=cfg.response_length,
+            seed=(cfg.seed or 0) + (self.worker_index or 0),
+        )
+        if split is not None:
+            env_config["split"] = split
+        return env_config
+
+    def _make_env(self, split: str | None):
+        from ray.tune.registry import ENV_CREATOR, _global_registry
+
+        from rllib_llm.envs import register_envs
+
+        register_envs()
+        env_id = self.config.env
+        if isinstance(env_id, str):
+            if not _global_registry.contains(ENV_CREATOR, env_id):
+                raise ValueError(
+                    f"environment({env_id!r}) is not a registered environment; rllib_llm "
+                    "registers 'math_verify' (register yours with ray.tune.register_env)."
+                )
+            creator = _global_registry.get(ENV_CREATOR, env_id)
+            return creator(self._env_config(split))
+        if env_id is None:
+            raise ValueError("RLVRConfig needs an environment: call .environment('math_verify').")
+        return env_id(self._env_config(split))
+
+    def make_module(self) -> None:
+        spec = self.config.get_rl_module_spec(spaces=self.get_spaces(), inference_only=True)
+        self.module = spec.build()
+
+    def _make_engine(self):
+        from rllib_llm.rollout.torch_engine import TorchRolloutEngine
+
+        tok = self.env.tokenizer
+        return TorchRolloutEngine(
+            self.module.model, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
+        )
+
+    def _sampling(self, temperature: float | None = None) -> SamplingParams:
+        cfg = self.config
+        seed = None if cfg.seed is None else cfg.seed * 1000 + next(self._counter)
+        return SamplingParams(
+            temperature=cfg.temperature if temperature is None else temperature,
+            top_p=cfg.top_p,
+            max_tokens=cfg.response_length,
+            seed=seed,
+        )
+
+    # --- sampling -------------------------------------------------------------------------------
+    def num_prompts_per_sample(self) -> int:
+        return self.config.rollout_batch_size // max(1, self.config.num_env_runners)
+
+    def sample(self, *, num_prompts: int | None = None, **kwargs) -> list[SingleAgentEpisode]:
+        n = self.config.num_return_sequences_in_group
+        num_prompts = num_prompts or self.num_prompts_per_sample()
+        prompts = [self.env.reset() for _ in range(num_prompts)]  # (obs, info) per prompt
+        t0 = time.perf_counter()
+        responses = self.engine.generate([info["prompt_ids"] for _, info in prompts], n,
+                                         self._sampling())
+        t1 = time.perf_counter()
+        episodes = []
+        for (_, info), group in zip(prompts, responses):
+            group_id = f"{self.worker_index or 0}-{next(self._counter)}"
+            for response in group:
+                episodes.append(self._replay(self.env, info["prompt_index"], response, group_id))
+        t2 = time.perf_counter()
+        self._log_sample_metrics(episodes, t1 - t0, t2 - t1)
+        return episodes
+
+    def _replay(self, env, prompt_index: int, response, group_id: str) -> SingleAgentEpisode:
+        """Step `env` through one generated response and return the finished episode."""
+        obs, info = env.reset(options={"prompt_index": prompt_index})
+        result = env.step_chunk(response.token_ids)
+        k = len(result.rewards)  # steps the env accepted (it may stop before the last token)
+        if k != len(response.token_ids):
+            raise RuntimeError(
+                f"The environment ended the episode after {k} of {len(response.token_ids)} "
+                "generated tokens; the engine and the env disagree on the stop token."
+            )
+        version = self.engine.weight_version
+        return SingleAgentEpisode(
+            observations=[obs, *result.observations],
+            infos=[{**info, GROUP_ID: group_id}, *result.infos],
+            actions=list(response.token_ids),
+            rewards=list(result.rewards),
+            terminated=bool(result.terminateds[-1]),
+            truncated=bool(result.truncateds[-1]),
+            extra_model_outputs={
+                ACTION_LOGP: np.asarray(response.logprobs, dtype=np.float32),
+                WEIGHT_VERSION: np.full(k, version, dtype=np.int64),
+            },
+            observation_space=self.env.observation_space,
+            action_space=self.env.action_space,
+            len_lookback_buffer=0,
+        ).to_numpy()
+
+    def _log_sample_metrics(self, episodes, generate_s: float, verify_s: float) -> None:
+        lengths = [len(e) for e in episodes]
+        returns = [float(e.get_return()) for e in episodes]
+        correct = [bool(e.get_infos(-1).get("verifier", {}).get("correct", False))
+                   for e in episodes]
+        steps = sum(lengths)
+        self.num_env_steps_sampled_lifetime += steps
+        m = self.metrics
+        m.log_value(EPISODE_RETURN_MEAN, float(np.mean(returns)), window=1)
+        m.log_value(ACCURACY, float(np.mean(correct)), window=1)
+        m.log_value(RESPONSE_LENGTH_MEAN, float(np.mean(lengths)), window=1)
+        m.log_value(TRUNCATED_FRACTION, float(np.mean([e.is_truncated for e in episodes])),
+                    window=1)
+        m.log_value(GENERATE_S, generate_s, window=1)
+        m.log_value(VERIFY_S, verify_s, window=1)
+        m.log_value(GENERATE_TOKENS_PER_S, steps / max(generate_s, 1e-9), window=1)
+        m.log_value(WEIGHT_VERSION_METRIC, self.engine.weight_version, window=1)
+        m.log_value(NUM_ENV_STEPS_SAMPLED_LIFETIME, steps, reduce="lifetime_sum")
+        timeouts = self.env.verifier_metrics().get("timeouts", 0)
+        m.log_value(VERIFIER_TIMEOUTS, timeouts, reduce="max", window=1)
+
+    # --- evaluation -----------------------------------------------------------------------------
+    def evaluate(self, *, num_problems: int, temperature: float, split: str = "test",
+                 seed: int = 0) -> dict[str, float]:
+        """Accuracy of one response per held-out problem (the first `num_problems` of `split`)."""
+        if self._eval_env is None or self._eval_env.split != split:
+            self._eval_env = self._make_env(split=split)
+        env = self._eval_env
+        num_problems = min(num_problems, env.num_problems)
+        infos = [env.reset(options={"prompt_index": i})[1] for i in range(num_problems)]
+        sampling = SamplingParams(temperature=temperature, top_p=self.config.top_p,
+                                  max_tokens=self.config.response_length, seed=seed)
+        responses = self.engine.generate([i["prompt_ids"] for i in infos], 1, sampling)
+        correct, lengths = [], []
+        for i, (group,) in enumerate(responses):
+            ep = self._replay(env, i, group, group_id=f"eval-{i}")
+            correct.append(bool(ep.get_infos(-1).get("verifier", {}).get("correct", False)))
+            lengths.append(len(ep))
+        return {"accuracy": float(np.mean(correct)), "response_length_mean":
+                float(np.mean(lengths)), "num_problems": num_problems}
+
+    # --- RLlib plumbing -------------------------------------------------------------------------
+    def get_spaces(self):
+        spaces = (self.env.observation_space, self.env.action_space)
+        return {INPUT_ENV_SPACES: spaces, INPUT_ENV_SINGLE_SPACES: spaces,
+                DEFAULT_MODULE_ID: spaces}
+
+    def get_metrics(self):
+        return self.metrics.reduce()
+
+    def get_state(self, components=None, *, not_components=None, **kwargs) -> dict[str, Any]:
+        state = {NUM_ENV_STEPS_SAMPLED_LIFETIME: self.num_env_steps_sampled_lifetime}
+        if self._check_component(COMPONENT_RL_MODULE, components, not_components):
+            state[COMPONENT_RL_MODULE] = self.module.get_state(inference_only=True)
+            state[WEIGHTS_SEQ_NO] = self._weights_seq_no
+        return state
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Receive the learner's weights; their sequence number becomes the weight version."""
+        if COMPONENT_RL_MODULE in state:
+            seq_no = state.get(WEIGHTS_SEQ_NO, 0)
+            if seq_no == 0 or seq_no > self._weights_seq_no:
+                module_state = state[COMPONENT_RL_MODULE]
+                if DEFAULT_MODULE_ID in module_state:
+                    module_state = module_state[DEFAULT_MODULE_ID]
+                weights = {k[len("model."):]: v for k, v in module_state.items()
+                           if k.startswith("model.")}
+                self.engine.load_weights(weights, version=seq_no)
+                self._weights_seq_no = max(self._weights_seq_no, seq_no)
+        if NUM_ENV_STEPS_SAMPLED_LIFETIME in state:
+            self.num_env_steps_sampled_lifetime = state[NUM_ENV_STEPS_SAMPLED_LIFETIME]
+
+    def get_ctor_args_and_kwargs(self):
+        return (), {"config": self.config}
+
+    def assert_healthy(self) -> None:
+        assert self.env is not None and self.engine is not None, "RLVREnvRunner not set up"
+
+    def stop(self) -> None:
+        for env in (self.env, self._eval_env):
+            if env is not None:
+                env.close()
+
+    def __del__(self) -> None:
+        try:
+            self.stop()
+        except Exception:  # interpreter shutdown: the env's pool may already be gone
+            pass
+
