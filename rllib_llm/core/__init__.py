@@ -1,0 +1,131 @@
+"""The functional heart of rllib_llm: pure torch functions of tensors (no Ray, vLLM or
+transformers), one per formula of ALGORITHMS.md.
+
+Losses return per-token values; ``agg_loss`` reduces them. Options are registries picked by name
+(``PG_VARIANT_REGISTRY``, ``ADV_ESTIMATOR_REGISTRY``, ...); the built-in names are ``Literal``
+types and tuples (``PG_VARIANTS``, ``AGG_MODES``, ...) for config validation. See
+``rllib_llm.core.masked`` for the dtype and mask rules every function follows.
+"""
+
+from rllib_llm.core.advantages import (
+    GROUP_ESTIMATOR_REGISTRY,
+    GROUP_ESTIMATORS,
+    GroupEstimator,
+    discounted_returns,
+    gae,
+    group_advantages,
+    length_adaptive_lambda,
+    register_group_estimator,
+)
+from rllib_llm.core.aggregation import (
+    AGG_MODES,
+    DEFAULT_AGG_MODE,
+    AggCounts,
+    AggMode,
+    agg_counts,
+    agg_loss,
+    check_agg_mode,
+)
+from rllib_llm.core.kl import (
+    KL_ESTIMATOR_REGISTRY,
+    KL_KINDS,
+    KL_PENALTIES,
+    AdaptiveKLController,
+    KlKind,
+    KlPenalty,
+    kl_estimate,
+    kl_full,
+    register_kl_estimator,
+)
+from rllib_llm.core.lm_losses import positive_nll_loss
+from rllib_llm.core.masked import masked_mean, masked_sum, masked_var
+from rllib_llm.core.names import NameKind, registered_names
+from rllib_llm.core.normalisation import (
+    NORM_TYPES,
+    NormType,
+    RunningMeanStd,
+    check_norm_type,
+    reward_norm,
+    whiten,
+)
+from rllib_llm.core.pipeline import (
+    ADV_ESTIMATOR_REGISTRY,
+    ADV_ESTIMATORS,
+    AdvEstimator,
+    EstimatorInputs,
+    compute_advantages,
+    group_adv_estimator,
+    register_adv_estimator,
+)
+from rllib_llm.core.policy_losses import (
+    PARAM_ALIASES,
+    PG_VARIANT_REGISTRY,
+    PG_VARIANTS,
+    TOPR_RATIO_LEVELS,
+    PgVariant,
+    pg_variant_params,
+    policy_loss,
+    register_pg_variant,
+    resolve_aliases,
+)
+from rllib_llm.core.registry import Registry
+from rllib_llm.core.value import explained_variance, value_loss, value_loss_per_token
+
+__all__ = [
+    "ADV_ESTIMATORS",
+    "ADV_ESTIMATOR_REGISTRY",
+    "AGG_MODES",
+    "DEFAULT_AGG_MODE",
+    "GROUP_ESTIMATORS",
+    "GROUP_ESTIMATOR_REGISTRY",
+    "KL_ESTIMATOR_REGISTRY",
+    "KL_KINDS",
+    "KL_PENALTIES",
+    "NORM_TYPES",
+    "PARAM_ALIASES",
+    "PG_VARIANTS",
+    "PG_VARIANT_REGISTRY",
+    "TOPR_RATIO_LEVELS",
+    "AdaptiveKLController",
+    "AdvEstimator",
+    "AggCounts",
+    "AggMode",
+    "EstimatorInputs",
+    "GroupEstimator",
+    "KlKind",
+    "KlPenalty",
+    "NameKind",
+    "NormType",
+    "PgVariant",
+    "Registry",
+    "RunningMeanStd",
+    "agg_counts",
+    "agg_loss",
+    "check_agg_mode",
+    "check_norm_type",
+    "compute_advantages",
+    "discounted_returns",
+    "explained_variance",
+    "gae",
+    "group_adv_estimator",
+    "group_advantages",
+    "kl_estimate",
+    "kl_full",
+    "length_adaptive_lambda",
+    "masked_mean",
+    "masked_sum",
+    "masked_var",
+    "pg_variant_params",
+    "policy_loss",
+    "positive_nll_loss",
+    "register_adv_estimator",
+    "register_group_estimator",
+    "register_kl_estimator",
+    "register_pg_variant",
+    "registered_names",
+    "resolve_aliases",
+    "reward_norm",
+    "value_loss",
+    "value_loss_per_token",
+    "whiten",
+]

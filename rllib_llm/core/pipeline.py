@@ -1,0 +1,216 @@
+"""The advantage pipeline of ALGORITHMS.md "Rewards and advantages", steps 1–6, as one pure
+function the learner connector calls once per mini-batch:
+
+    scores [B] ─ 1 clip ─ 2 normalise ─ on the last mask token ─ 3 − β·KL per token
+        ─ 4 estimator (``adv_estimator``) ─ 5 whiten ─ 6 clip ─> advantages [B, T]
+
+Estimators are registered by name (``register_adv_estimator``) and receive an
+``EstimatorInputs`` bundle of tensors, so each one picks what it needs without a config object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+import torch
+from torch import Tensor
+
+from rllib_llm.core.advantages import (
+    discounted_returns,
+    gae,
+    group_advantages,
+    length_adaptive_lambda,
+)
+from rllib_llm.core.masked import bool_mask, check_same_shape, compute_dtype, zero_masked
+from rllib_llm.core.normalisation import NormType, RunningMeanStd, reward_norm, whiten
+from rllib_llm.core.registry import Registry
+
+AdvEstimator = Literal["gae", "reinforce", "grpo", "rloo", "reinforce_baseline"]
+ADV_ESTIMATORS: tuple[str, ...] = get_args(AdvEstimator)
+
+
+@dataclass(frozen=True)
+class EstimatorInputs:
+    """What an advantage estimator may use; all [B, T] tensors are 0 outside ``mask``.
+
+    Attributes:
+        scores: [B] scores after clipping and normalisation (steps 1–2).
+        token_rewards: [B, T] the score on each row's last mask token, minus β·KL per token.
+        kl_rewards: [B, T] the −β·KL part of ``token_rewards`` alone (0 when KL is off).
+        mask: [B, T] bool.
+        values: [B, T] critic values, or None without a critic.
+        group_size: responses per prompt.
+        gamma: discount γ.
+        lambd: GAE λ, a float or [B] (length-adaptive).
+        critic_lambd: λ of the critic's returns (decoupled GAE), or None to use ``lambd``.
+    """
+
+    scores: Tensor
+    token_rewards: Tensor
+    kl_rewards: Tensor
+    mask: Tensor
+    values: Tensor | None
+    group_size: int
+    gamma: float
+    lambd: float | Tensor
+    critic_lambd: float | None
+
+
+# fn(inputs) -> (advantages [B, T], returns [B, T]) before whitening and clipping.
+AdvEstimatorFn = Callable[[EstimatorInputs], tuple[Tensor, Tensor]]
+ADV_ESTIMATOR_REGISTRY: Registry[AdvEstimatorFn] = Registry("adv_estimator", "register_adv_estimator")
+
+
+def register_adv_estimator(name: str, *, override: bool = False):
+    """Decorator adding an advantage estimator ``fn(EstimatorInputs) -> (advantages, returns)``."""
+    return ADV_ESTIMATOR_REGISTRY.register(name, override=override)
+
+
+@register_adv_estimator("reinforce")
+def reinforce_estimator(inputs: EstimatorInputs) -> tuple[Tensor, Tensor]:
+    """A_t = discounted return Σ_{k≥t} γ^{k−t} r_k. REINFORCE++ (arXiv:2501.03262) is this plus
+    KL in the reward plus batch whitening."""
+    returns = discounted_returns(inputs.token_rewards, inputs.mask, gamma=inputs.gamma)
+    return returns, returns
+
+
+@register_adv_estimator("gae")
+def gae_estimator(inputs: EstimatorInputs) -> tuple[Tensor, Tensor]:
+    """GAE with the critic's ``values``; decoupled GAE (VC-PPO, arXiv:2503.01491) computes the
+    critic's returns with ``critic_lambd`` (1.0 there: unbiased targets for a long horizon) and
+    the actor's advantages with ``lambd``."""
+    if inputs.values is None:
+        raise ValueError(
+            "adv_estimator='gae' needs values [B, T] from a critic; pass values=... or choose a "
+            "critic-free adv_estimator ('reinforce', 'grpo', 'rloo', 'reinforce_baseline')."
+        )
+    kwargs = {"gamma": inputs.gamma}
+    advantages, returns = gae(inputs.token_rewards, inputs.values, inputs.mask, lambd=inputs.lambd, **kwargs)
+    if inputs.critic_lambd is not None:
+        _, returns = gae(inputs.token_rewards, inputs.values, inputs.mask, lambd=inputs.critic_lambd, **kwargs)
+    return advantages, returns
+
+
+def group_adv_estimator(name: str) -> AdvEstimatorFn:
+    """The pipeline estimator for the group baseline ``name`` of ``group_advantages``.
+
+    The group value is spread to every mask token of its response (as the spec says, γ does not
+    discount it); KL in the reward, when on, adds the discounted return of the −β·KL token
+    rewards, so a token still pays for the divergence that follows it.
+    """
+
+    def estimator(inputs: EstimatorInputs) -> tuple[Tensor, Tensor]:
+        group_value = group_advantages(inputs.scores, inputs.group_size, name)  # (B,)
+        spread = zero_masked(group_value[:, None].expand_as(inputs.token_rewards), inputs.mask, group_value.dtype)
+        kl_returns = discounted_returns(inputs.kl_rewards, inputs.mask, gamma=inputs.gamma)
+        returns = discounted_returns(inputs.token_rewards, inputs.mask, gamma=inputs.gamma)
+        return spread + kl_returns, returns
+
+    estimator.__qualname__ = f"group_adv_estimator({name!r})"
+    return estimator
+
+
+for _name in ("grpo", "rloo", "reinforce_baseline"):
+    register_adv_estimator(_name)(group_adv_estimator(_name))
+
+
+def last_token_rewards(scores: Tensor, mask: Tensor) -> Tensor:
+    """[B] scores placed on each row's last mask token -> [B, T]; rows without tokens drop."""
+    m = bool_mask(mask)  # (B, T)
+    count = m.long().cumsum(dim=-1)  # (B, T)
+    is_last = m & (count == count[:, -1:])  # the mask token after which no other follows
+    return torch.where(is_last, scores[:, None], scores.new_zeros(()))
+
+
+def compute_advantages(
+    scores: Tensor,
+    mask: Tensor,
+    *,
+    adv_estimator: AdvEstimator,
+    group_size: int = 1,
+    gamma: float = 1.0,
+    lambd: float | Tensor = 0.95,
+    critic_lambd: float | None = None,
+    length_adaptive_alpha: float | None = None,
+    reward_clip: float | None = None,
+    norm_mean_type: NormType | None = None,
+    norm_std_type: NormType | None = None,
+    running_stats: RunningMeanStd | None = None,
+    token_kl: Tensor | None = None,
+    kl_coef: float = 0.0,
+    whiten_advantages: bool = True,
+    advantage_clip: float | None = 2.0,
+    values: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Scores → per-token advantages, steps 1–6 of ALGORITHMS.md "Rewards and advantages".
+
+    Args:
+        scores: [B] verifier scores, one per response.
+        mask: [B, T] binary mask of the agent's tokens; the score sits on each row's last one.
+        adv_estimator: a name in ``ADV_ESTIMATOR_REGISTRY`` (built-ins: ``ADV_ESTIMATORS``).
+        group_size: responses per prompt, consecutive in the batch (≥ 2 for the group
+            estimators and for ``group`` normalisation).
+        gamma, lambd: discount and GAE λ (float or [B]).
+        critic_lambd: λ of the critic's returns for decoupled GAE (None: ``lambd``).
+        length_adaptive_alpha: VAPO's α; when set, λ_b = length_adaptive_lambda(l_b, α)
+            replaces ``lambd``.
+        reward_clip: step 1, clamp scores to ±reward_clip (None: off).
+        norm_mean_type, norm_std_type, running_stats: step 2, see ``reward_norm``.
+        token_kl: [B, T] kl_estimate(old_logp, ref_logp, kl_penalty), for step 3.
+        kl_coef: β (``AdaptiveKLController.value``); step 3 subtracts β·token_kl on mask tokens.
+        whiten_advantages: step 5, batch whitening over mask tokens.
+        advantage_clip: step 6, clamp advantages to ±advantage_clip (None: off).
+        values: [B, T] critic values, required by ``gae``.
+
+    Returns:
+        advantages [B, T], returns [B, T] (critic targets for ``gae``; the Monte-Carlo return of
+        the shaped rewards otherwise) and token_rewards [B, T] (normalised score on the last
+        mask token minus β·KL); all 0 outside the mask, in the compute dtype.
+    """
+    fn = ADV_ESTIMATOR_REGISTRY.get(adv_estimator)
+    _check_pipeline_args(scores, mask, token_kl, values, reward_clip, advantage_clip, kl_coef)
+    dtype = compute_dtype(scores, token_kl, values)
+    m = bool_mask(mask)  # (B, T)
+    scores = scores.detach().to(dtype)  # (B,)
+    if reward_clip is not None:
+        scores = scores.clamp(-reward_clip, reward_clip)
+    scores = reward_norm(
+        scores, group_size, mean_type=norm_mean_type, std_type=norm_std_type,
+        running_stats=running_stats,
+    )
+    kl_rewards = torch.zeros(m.shape, dtype=dtype, device=scores.device)  # (B, T)
+    if token_kl is not None and kl_coef != 0:
+        kl_rewards = -kl_coef * zero_masked(token_kl.detach(), m, dtype)
+    token_rewards = last_token_rewards(scores, m) + kl_rewards
+    if length_adaptive_alpha is not None:
+        lambd = length_adaptive_lambda(m.sum(dim=-1), length_adaptive_alpha).to(dtype)
+    inputs = EstimatorInputs(
+        scores=scores, token_rewards=token_rewards, kl_rewards=kl_rewards, mask=m,
+        values=None if values is None else zero_masked(values.detach(), m, dtype),
+        group_size=group_size, gamma=gamma, lambd=lambd, critic_lambd=critic_lambd,
+    )
+    advantages, returns = fn(inputs)
+    if whiten_advantages:
+        advantages = whiten(advantages, m)
+    if advantage_clip is not None:
+        advantages = advantages.clamp(-advantage_clip, advantage_clip)
+    return zero_masked(advantages, m, dtype), zero_masked(returns, m, dtype), token_rewards
+
+
+def _check_pipeline_args(scores, mask, token_kl, values, reward_clip, advantage_clip, kl_coef):
+    if scores.dim() != 1 or scores.shape[0] != mask.shape[0]:
+        raise ValueError(
+            f"compute_advantages: scores has shape {tuple(scores.shape)} but mask is "
+            f"{tuple(mask.shape)}; pass one score per response, shape [B]."
+        )
+    check_same_shape({"mask": mask, "token_kl": token_kl, "values": values}, "compute_advantages")
+    for field, value in (("reward_clip", reward_clip), ("advantage_clip", advantage_clip)):
+        if value is not None and not value > 0:
+            raise ValueError(f"{field}={value!r} must be > 0, or None to turn clipping off.")
+    if kl_coef != 0 and token_kl is None:
+        raise ValueError(
+            f"kl_coef={kl_coef!r} puts KL in the reward but token_kl is None; pass token_kl="
+            f"kl_estimate(old_logp, ref_logp, kl_penalty), or set kl_coef=0."
+        )
