@@ -127,17 +127,6 @@ class RLVRConfig(AlgorithmConfig):
                 f"{total} responses of an iteration (rollout_batch_size * "
                 "num_return_sequences_in_group)."
             )
-        if self.kl_penalty == "full" and self.add_token_level_kl:
-            raise ValueError(
-                "RLVRConfig.kl_penalty='full' is not supported for the KL in the reward "
-                "(add_token_level_kl=True): it needs full-vocabulary logits of the sampler. "
-                "Use 'kl', 'mse' or 'k3'."
-            )
-        if self.kl_loss_kind == "full":
-            raise ValueError(
-                "RLVRConfig.kl_loss_kind='full' is not supported yet; use 'k3' (default), "
-                "'kl', 'abs' or 'mse'."
-            )
         if self.num_learners > 1:
             raise ValueError(
                 f"RLVRConfig.num_learners={self.num_learners}: data-parallel learners would split "

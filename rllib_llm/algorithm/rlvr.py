@@ -25,11 +25,11 @@ class RLVR(Algorithm):
 
     def training_step(self) -> None:
         cfg = self.config
-        with self.metrics.log_time((TIMERS, SAMPLE_TIMER)):
+        with self.metrics.log_time((TIMERS, SAMPLE_TIMER), reduce="mean", window=1):
             episodes, runner_metrics = self._sample()
         self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
 
-        with self.metrics.log_time((TIMERS, LEARN_TIMER)):
+        with self.metrics.log_time((TIMERS, LEARN_TIMER), reduce="mean", window=1):
             learner_results = self.learner_group.update(
                 episodes=episodes,
                 timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
@@ -40,7 +40,7 @@ class RLVR(Algorithm):
             )
         self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
 
-        with self.metrics.log_time((TIMERS, SYNC_TIMER)):
+        with self.metrics.log_time((TIMERS, SYNC_TIMER), reduce="mean", window=1):
             self.env_runner_group.sync_weights(
                 from_worker_or_learner_group=self.learner_group, inference_only=True
             )
