@@ -14,7 +14,7 @@ Modes (`EXTRACTIONS`):
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 EXTRACTIONS = ("auto", "boxed", "hash", "last_number")
 
@@ -24,8 +24,9 @@ _BRACE = re.compile(r"[{}]")
 # Thousands groups only after a short first group, so "12345,678" reads as two numbers, like a
 # human would; no nested quantifiers, so matching is linear.
 _NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
-# The fast path compares these in process; 30 digits keeps Decimal exact and cheap.
-_PLAIN_DECIMAL = re.compile(r"-?\d{1,30}(?:\.\d{1,30})?")
+# The fast path compares these in process (thousands separators allowed, as math-verify reads
+# "1,000" as 1000); 30 digits keeps Decimal exact and cheap.
+_PLAIN_DECIMAL = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d{1,30})(?:\.\d{1,30})?")
 
 
 def extract_boxed(text: str) -> str | None:
@@ -101,10 +102,7 @@ def compare_plain_decimals(answer: str, gold: str) -> bool | None:
     answer, gold = answer.strip(), gold.strip()
     if not (_PLAIN_DECIMAL.fullmatch(answer) and _PLAIN_DECIMAL.fullmatch(gold)):
         return None
-    try:
-        a, g = Decimal(answer), Decimal(gold)
-    except InvalidOperation:  # pragma: no cover - the regex admits only valid decimals
-        return None
+    a, g = Decimal(answer.replace(",", "")), Decimal(gold.replace(",", ""))
     if a == g:
         return True
     if a == a.to_integral_value() and g == g.to_integral_value():

@@ -1,0 +1,234 @@
+"""`MathVerifier`: score a model's response against a ground-truth answer, safely and fast.
+
+Two steps per response:
+1. Extract the final answer from the response, in this process (`answer_extraction`: linear-time
+   scans, so even a 100 kB response costs about a millisecond).
+2. Compare it with the ground truth using math-verify (`parse` with LaTeX and plain-expression
+   extraction, then `verify`), in a pool of worker processes with a hard wall-clock limit
+   (`verify_pool`): answers are hostile input, and sympy can run for minutes or crash on them.
+   A call that overruns is killed with its worker and scored `wrong_score`; a crash likewise.
+
+Fast path: when the extracted answer and the ground truth are both plain decimals ("72", "-3",
+"0.5"), they are compared in process with `Decimal`, never touching the pool (about a
+microsecond instead of a pipe round trip). It decides only where math-verify would decide the
+same: equal values, or unequal integers; unequal non-integers still go to math-verify, which
+rounds to 6 decimals. The built-in arithmetic task never starts a worker process at all.
+
+Scoring: `correct_score` or `wrong_score`, plus `format_score` whenever an answer could be
+extracted (a format bonus; −1/+1 scoring is `wrong_score=-1`). A response with no answer, a
+timeout or a crash scores `wrong_score` alone: hostile input earns no format bonus.
+
+Inputs are `str` (any code points, NUL and lone surrogates from `errors="surrogateescape"`
+included) or `bytes`, which are decoded as UTF-8 with `errors="replace"`.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from rllib_llm.envs.answer_extraction import EXTRACTIONS, compare_plain_decimals, extract_answer
+from rllib_llm.envs.validation import check_choice, check_finite, check_int, check_positive_seconds
+from rllib_llm.envs.verify_pool import HardTimeoutPool, Outcome
+
+# Metric names: counters of `MathVerifier.metrics()` and `MathVerifyEnv.verifier_metrics()`.
+VERIFICATIONS = "verifications"  # responses scored
+TIMEOUTS = "timeouts"  # killed at the wall-clock limit, scored wrong
+ERRORS = "errors"  # math-verify raised or its worker died, scored wrong
+FAST_PATH = "fast_path"  # decided in process without math-verify
+METRIC_NAMES = (VERIFICATIONS, TIMEOUTS, ERRORS, FAST_PATH)
+
+
+@dataclass(frozen=True, slots=True)
+class Verification:
+    """The verdict on one response.
+
+    Attributes:
+        score: the reward (see the module docstring for how it is composed).
+        correct: whether the extracted answer equals the ground truth.
+        extracted: the answer found in the response, None if there was none.
+        timed_out: the comparison was killed at the time limit.
+        error: why the comparison failed (an exception or a dead worker), else None.
+        fast_path: decided in process, without math-verify.
+    """
+
+    score: float
+    correct: bool
+    extracted: str | None
+    timed_out: bool = False
+    error: str | None = None
+    fast_path: bool = False
+
+    def as_info(self) -> dict:
+        """The verdict as a plain dict (for episode infos)."""
+        return asdict(self)
+
+
+class VerifierCounters:
+    """Running counts of `METRIC_NAMES` over the verdicts added."""
+
+    def __init__(self) -> None:
+        self._counts = dict.fromkeys(METRIC_NAMES, 0)
+
+    def add(self, verification: Verification) -> None:
+        counts = self._counts
+        counts[VERIFICATIONS] += 1
+        counts[TIMEOUTS] += verification.timed_out
+        counts[ERRORS] += verification.error is not None
+        counts[FAST_PATH] += verification.fast_path
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self._counts)
+
+
+class MathVerifier:
+    """Score responses against ground-truth answers (see the module docstring).
+
+    Args:
+        extraction: how to find the answer in a response, one of `EXTRACTIONS`: "auto" (boxed,
+            else `#### N`, else the last number), "boxed", "hash", "last_number".
+        correct_score: score of a correct answer.
+        wrong_score: score of a wrong or missing answer, a timeout or a crash.
+        format_score: added to the score whenever an answer could be extracted.
+        timeout_s: hard wall-clock limit per math-verify comparison, seconds.
+        num_workers: worker processes for math-verify; they start on first need.
+
+    Thread-safe: calls from several threads are served one batch at a time.
+    """
+
+    def __init__(
+        self,
+        *,
+        extraction: str = "auto",
+        correct_score: float = 1.0,
+        wrong_score: float = 0.0,
+        format_score: float = 0.0,
+        timeout_s: float = 5.0,
+        num_workers: int = 1,
+    ):
+        self.extraction = check_choice("extraction", extraction, EXTRACTIONS)
+        self.correct_score = check_finite("correct_score", correct_score, fix="use e.g. 1.0")
+        self.wrong_score = check_finite("wrong_score", wrong_score, fix="use e.g. 0.0")
+        self.format_score = check_finite("format_score", format_score, fix="use e.g. 0.0")
+        self.timeout_s = check_positive_seconds("timeout_s", timeout_s, fix="use e.g. 5.0")
+        self.num_workers = check_int("num_workers", num_workers, minimum=1, fix="use e.g. 1")
+        # math-verify's own alarms take whole seconds; a quarter of the hard limit leaves room
+        # for its three timed steps (parse gold, parse answer, compare) to end gracefully first.
+        self._inner_timeout_s = max(1, math.floor(self.timeout_s / 4))
+        self._pool: HardTimeoutPool | None = None
+        self._closed = False
+        self._lock = threading.Lock()
+        self._counters = VerifierCounters()
+
+    def score(self, text: str | bytes, answer: str | bytes) -> Verification:
+        """Score one response `text` against the ground truth `answer`."""
+        return self.score_batch([text], [answer])[0]
+
+    def score_batch(
+        self, texts: Sequence[str | bytes], answers: Sequence[str | bytes]
+    ) -> list[Verification]:
+        """Score `texts[i]` against `answers[i]` for all i; comparisons overlap across workers."""
+        if len(texts) != len(answers):
+            raise ValueError(
+                f"score_batch got {len(texts)} texts and {len(answers)} answers; pass one "
+                "ground-truth answer per response"
+            )
+        texts = [_as_text(t, "texts", i) for i, t in enumerate(texts)]
+        answers = [_as_text(a, "answers", i) for i, a in enumerate(answers)]
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("MathVerifier used after close(); create a new one")
+            results: list[Verification | None] = [None] * len(texts)
+            slow = []  # (index, extracted, answer) for math-verify
+            for i, (text, answer) in enumerate(zip(texts, answers)):
+                extracted = extract_answer(text, self.extraction)
+                if extracted is None:
+                    results[i] = Verification(self.wrong_score, False, None)
+                    continue
+                verdict = compare_plain_decimals(extracted, answer)
+                if verdict is None:
+                    slow.append((i, extracted, answer))
+                else:
+                    results[i] = self._verdict(verdict, extracted, fast_path=True)
+            if slow:
+                calls = [("math_verify_equal", (e, a, self._inner_timeout_s)) for _, e, a in slow]
+                for (i, extracted, _), outcome in zip(slow, self._get_pool().run(calls)):
+                    results[i] = self._from_outcome(outcome, extracted)
+            for result in results:
+                self._counters.add(result)
+        return results  # type: ignore[return-value] - every slot is filled
+
+    def metrics(self) -> dict[str, int]:
+        """Counters since construction: `METRIC_NAMES` -> count."""
+        with self._lock:
+            return self._counters.as_dict()
+
+    def close(self) -> None:
+        """Stop the worker processes (idempotent); scoring is refused afterwards."""
+        with self._lock:
+            self._closed = True
+            if self._pool is not None:
+                self._pool.close()
+
+    # --- internals ------------------------------------------------------------------------------
+    def _get_pool(self) -> HardTimeoutPool:
+        if self._pool is None:
+            self._pool = HardTimeoutPool(self.num_workers, self.timeout_s, preload=("math_verify",))
+        return self._pool
+
+    def _verdict(self, correct: bool, extracted: str, *, fast_path: bool = False) -> Verification:
+        base = self.correct_score if correct else self.wrong_score
+        return Verification(base + self.format_score, correct, extracted, fast_path=fast_path)
+
+    def _from_outcome(self, outcome: Outcome, extracted: str) -> Verification:
+        if outcome.timed_out or outcome.error is not None:
+            return Verification(
+                self.wrong_score, False, extracted, timed_out=outcome.timed_out, error=outcome.error
+            )
+        return self._verdict(bool(outcome.value), extracted)
+
+
+def _as_text(value, name: str, index: int) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    raise TypeError(
+        f"{name}[{index}] is a {type(value).__name__}; pass str (or UTF-8 bytes), e.g. the "
+        "decoded response and the answer string"
+    )
+
+
+# --- one verifier per process and set of options ------------------------------------------------
+# Every env of a process with the same verifier options shares one MathVerifier, hence one pool of
+# worker processes: an env runner with 64 envs would otherwise start 64 pools.
+_shared: dict[tuple, list] = {}  # options -> [verifier, number of holders]
+_shared_lock = threading.Lock()
+
+
+def acquire_shared_verifier(**options) -> MathVerifier:
+    """The process's `MathVerifier` for `options` (`MathVerifier` keywords), created on first use.
+
+    Pair every call with `release_shared_verifier`; the last release closes it.
+    """
+    key = tuple(sorted(options.items()))
+    with _shared_lock:
+        entry = _shared.get(key)
+        if entry is None or entry[0]._closed:
+            entry = _shared[key] = [MathVerifier(**options), 0]
+        entry[1] += 1
+        return entry[0]
+
+
+def release_shared_verifier(verifier: MathVerifier) -> None:
+    """Give back a verifier from `acquire_shared_verifier`; close it when nobody holds it."""
+    with _shared_lock:
+        for key, entry in list(_shared.items()):
+            if entry[0] is verifier:
+                entry[1] -= 1
+                if entry[1] <= 0:
+                    del _shared[key]
+                    verifier.close()
+                return
