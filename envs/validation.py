@@ -38,3 +38,10 @@ def check_choice(field: str, value: Any, choices: Collection[str]) -> str:
     if value not in choices:
         raise ValueError(f"{field}={value!r} is not one of {sorted(choices)}; pick one of them")
     return value
+
+
+def check_str(field: str, value: Any, *, fix: str) -> str:
+    """Return `value` if it is a non-empty string."""
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{field}={value!r} must be a non-empty string; {fix}")
+    return value

@@ -1,0 +1,310 @@
+"""`MathVerifyEnv`: answer a math problem token by token; the verifier's score is the reward.
+
+The token-level MDP (see `token_mdp` for the shared conventions):
+- `reset()` picks a problem and starts the state at its prompt ids (`rllib_llm.models.
+  encode_prompt`, the one place prompts become ids). Observation: the prompt's last token. Info:
+  `prompt_ids`, `prompt_index`, `answer`, `prompt`.
+- `step(token)` appends the agent's token. The episode is `terminated` on EOS and `truncated`
+  after `response_length` tokens without EOS (EOS on the last allowed token is terminated). The
+  reward is 0.0 until the end, then the verifier's score of the decoded response (special tokens
+  skipped); the final info holds `"verifier"` (`Verification.as_info()`: score, correct,
+  extracted, timed_out, error, fast_path) and `"response"` (the decoded text).
+- `step_chunk(tokens)` consumes a whole generated response (or a piece of it) in one call with
+  exactly the results of calling `step` per token, verifying once per episode. Tokens past the
+  episode's end are refused with ValueError before anything is consumed (the env is unchanged):
+  an engine that generates past EOS is a bug to surface, not to hide.
+
+Memory: the env keeps the prompt ids and the list of actions of the current episode, O(T); infos
+of non-final steps are empty dicts.
+
+Multi-turn (not used by this env): an env may append tokens of its own after an agent token (a
+tool's output once the agent closes a tool call). They go in that step's info under
+`token_mdp.ENV_TOKENS`, are part of the state (`state_token_ids`, `token_mdp.rebuild_state`) but
+are not actions (mask 0 in training), and the observation becomes the last of them. Such an env
+also ends a `step_chunk` where it interjects: the engine must stop at the tool call and resume
+generating after the env's tokens.
+
+Batched verification: the env runner replays many responses; `verify_responses` scores all of
+them in one overlapping batch on the verifier pool, and `step_chunk(tokens, verification=v)` then
+uses the precomputed verdict instead of verifying again.
+"""
+
+from __future__ import annotations
+
+import operator
+import random
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import gymnasium
+import numpy as np
+from rllib_llm.envs.env_config import MathVerifyEnvConfig
+from rllib_llm.envs.problem_set import load_problem_set, load_tokenizer_by_name
+from rllib_llm.envs.token_mdp import PROMPT_IDS, ChunkResult
+from rllib_llm.envs.verifier import (
+    Verification,
+    VerifierCounters,
+    acquire_shared_verifier,
+    release_shared_verifier,
+)
+
+VERIFIER_INFO = "verifier"  # final step info: the verdict, as a dict
+RESPONSE_INFO = "response"  # final step info: the decoded response text
+RESET_OPTIONS = ("prompt_index",)
+
+
+class MathVerifyEnv(gymnasium.Env):
+    """Token-level math environment with a math-verify reward (see the module docstring).
+
+    Args:
+        config: the settings of `MathVerifyEnvConfig` as a dict (RLlib passes an `EnvContext`).
+        **overrides: the same keys as keyword arguments; they win over `config`.
+
+    Attributes:
+        tokenizer: the tokenizer (the env runner's engine uses it too).
+        num_problems: problems available after dropping overlong prompts.
+        num_dropped_prompts: problems dropped because their prompt exceeds `prompt_length`.
+        split: the dataset split.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **overrides: Any):
+        cfg = MathVerifyEnvConfig.from_mapping(config, **overrides)
+        self.config = cfg
+        self.tokenizer = (
+            cfg.tokenizer if cfg.tokenizer is not None else load_tokenizer_by_name(cfg.model)
+        )
+        self.eos_token_id = self.tokenizer.eos_token_id
+        if self.eos_token_id is None:
+            raise ValueError(
+                f"model={cfg.model!r} gives a tokenizer without eos_token_id; episodes end at "
+                "EOS: use a tokenizer with an EOS token"
+            )
+        self.vocab_size = len(self.tokenizer)
+        self.observation_space = gymnasium.spaces.Discrete(self.vocab_size)
+        self.action_space = gymnasium.spaces.Discrete(self.vocab_size)
+        self.response_length = cfg.response_length
+        self.split = cfg.split
+        self._problems = load_problem_set(
+            self.tokenizer,
+            dataset=cfg.dataset,
+            split=cfg.split,
+            prompt_key=cfg.prompt_key,
+            answer_key=cfg.answer_key,
+            dataset_kwargs=cfg.dataset_kwargs,
+            prompt_length=cfg.prompt_length,
+        )
+        self.num_problems = len(self._problems.prompts)
+        self.num_dropped_prompts = self._problems.num_dropped
+        self._verifier = acquire_shared_verifier(**cfg.verifier_options())
+        # Releases the shared verifier on close() or when the env is garbage-collected.
+        self._release = weakref.finalize(self, release_shared_verifier, self._verifier)
+        self._counters = VerifierCounters()
+        self._order_rng = random.Random(cfg.seed)
+        self._order: list[int] = []
+        self._order_pos = 0
+        # The current episode: its prompt and the agent's tokens so far (O(T) in all).
+        self._prompt_index = -1
+        self._prompt_ids: tuple[int, ...] = ()
+        self._actions: list[int] = []
+        self._running = False
+
+    # --- gymnasium API --------------------------------------------------------------------------
+    def reset(
+        self, *, seed: int | None = None, options: Mapping[str, Any] | None = None
+    ) -> tuple[int, dict[str, Any]]:
+        """Start an episode: the next problem of the seeded shuffled order, or
+        `options={"prompt_index": i}` for problem i (the order does not advance then)."""
+        super().reset(seed=seed)
+        if seed is not None:
+            self._order_rng.seed(seed)
+            self._order, self._order_pos = [], 0
+        index = self._chosen_index(options)
+        problems = self._problems
+        self._prompt_index = index
+        self._prompt_ids = problems.prompt_ids[index]
+        self._actions = []
+        self._running = True
+        info = {
+            PROMPT_IDS: list(self._prompt_ids),
+            "prompt_index": index,
+            "answer": problems.answers[index],
+            "prompt": problems.prompts[index],
+        }
+        return self._prompt_ids[-1], info
+
+    def step(self, action: int) -> tuple[int, float, bool, bool, dict[str, Any]]:
+        """Append the agent's token; reward and verdict arrive on the episode's last step."""
+        self._check_running("step")
+        token = self._check_token(action)
+        self._actions.append(token)
+        if token == self.eos_token_id:
+            reward, info = self._finish(None)
+            return token, reward, True, False, info
+        if len(self._actions) >= self.response_length:
+            reward, info = self._finish(None)
+            return token, reward, False, True, info
+        return token, 0.0, False, False, {}
+
+    def close(self) -> None:
+        """Release this env's hold on the shared verifier (idempotent)."""
+        self._release()
+
+    # --- the fast path --------------------------------------------------------------------------
+    def step_chunk(
+        self, actions: Sequence[int] | np.ndarray, *, verification: Verification | None = None
+    ) -> ChunkResult:
+        """Step through `actions` at once, with exactly the results of `step` per token.
+
+        Args:
+            actions: token ids (a list or a 1-D integer array); must not run past the end of the
+                episode (ValueError, nothing consumed).
+            verification: a verdict precomputed by `verify_responses` for this episode's whole
+                response; used instead of verifying when this chunk ends the episode.
+        """
+        self._check_running("step_chunk")
+        tokens = self._check_tokens(actions)
+        end, terminated = self._episode_end(tokens, len(self._actions))
+        if end < len(tokens):
+            raise ValueError(
+                f"step_chunk got {len(tokens)} tokens but the episode ends at token {end} of the "
+                f"chunk ({'EOS' if terminated else 'response_length'}); pass the response up to "
+                "and including its last token"
+            )
+        truncated = not terminated and len(self._actions) + end >= self.response_length
+        if verification is not None and not (terminated or truncated):
+            raise ValueError(
+                "step_chunk got a verification but its tokens do not end the episode; pass "
+                "verification only with the chunk that ends it"
+            )
+        self._actions.extend(tokens)
+        n = len(tokens)
+        rewards, terminateds, truncateds = [0.0] * n, [False] * n, [False] * n
+        infos: list[dict[str, Any]] = [{} for _ in range(n)]
+        if terminated or truncated:
+            rewards[-1], infos[-1] = self._finish(verification)
+            terminateds[-1], truncateds[-1] = terminated, truncated
+        return ChunkResult(tokens, rewards, terminateds, truncateds, infos)
+
+    def verify_responses(
+        self, prompt_indices: Sequence[int], responses: Sequence[Sequence[int]]
+    ) -> list[Verification]:
+        """Score whole responses (each from an episode's first token) in one verifier batch.
+
+        Each response is cut where its episode would end (EOS or `response_length`) and decoded
+        exactly as `step`/`step_chunk` would; the verdicts go to `step_chunk(..., verification=)`.
+        The verdicts count in `verifier_metrics()` when `step_chunk` uses them, not here.
+        """
+        if len(prompt_indices) != len(responses):
+            raise ValueError(
+                f"verify_responses got {len(prompt_indices)} prompt indices and {len(responses)} "
+                "responses; pass one prompt index per response"
+            )
+        texts, answers = [], []
+        for index, response in zip(prompt_indices, responses):
+            tokens = self._check_tokens(response)
+            end, _ = self._episode_end(tokens, 0)
+            texts.append(self._decode(tokens[:end]))
+            answers.append(self._problems.answers[self._check_prompt_index(index)])
+        return self._verifier.score_batch(texts, answers)
+
+    # --- state and metrics ----------------------------------------------------------------------
+    def state_token_ids(self) -> list[int]:
+        """The current state: prompt ids, then the agent's tokens (this env appends none)."""
+        return [*self._prompt_ids, *self._actions]
+
+    def verifier_metrics(self) -> dict[str, int]:
+        """Counters over this env's finished episodes: `verifier.METRIC_NAMES` -> count.
+
+        Per env (summing over envs is correct), cumulative since construction.
+        """
+        return self._counters.as_dict()
+
+    # --- internals ------------------------------------------------------------------------------
+    def _chosen_index(self, options: Mapping[str, Any] | None) -> int:
+        if options:
+            unknown = sorted(set(options) - set(RESET_OPTIONS))
+            if unknown:
+                raise ValueError(
+                    f"reset options {unknown} are not supported; the valid options are "
+                    f"{list(RESET_OPTIONS)}"
+                )
+            if "prompt_index" in options:
+                return self._check_prompt_index(options["prompt_index"])
+        if self._order_pos >= len(self._order):
+            # A new epoch: every problem once, in a fresh order.
+            self._order = list(range(self.num_problems))
+            self._order_rng.shuffle(self._order)
+            self._order_pos = 0
+        self._order_pos += 1
+        return self._order[self._order_pos - 1]
+
+    def _check_prompt_index(self, index: Any) -> int:
+        if isinstance(index, bool) or not isinstance(index, int | np.integer):
+            index = None
+        if index is None or not 0 <= index < self.num_problems:
+            raise ValueError(
+                f"prompt_index={index!r} must be an integer in [0, {self.num_problems}); use an "
+                "index from a reset info's 'prompt_index'"
+            )
+        return int(index)
+
+    def _check_running(self, method: str) -> None:
+        if not self._running:
+            raise RuntimeError(
+                f"MathVerifyEnv.{method}() called with no episode running (before the first "
+                "reset() or after the episode ended); call reset() first"
+            )
+
+    def _check_token(self, action: Any) -> int:
+        try:
+            token = operator.index(action)
+        except TypeError:
+            token = None
+        if token is None or not 0 <= token < self.vocab_size:
+            raise ValueError(
+                f"action={action!r} is not a token id in [0, {self.vocab_size}); pass an integer "
+                "token id of the tokenizer's vocabulary"
+            )
+        return token
+
+    def _check_tokens(self, actions: Sequence[int] | np.ndarray) -> list[int]:
+        if isinstance(actions, np.ndarray):
+            if actions.ndim != 1 or actions.dtype.kind not in "iu":
+                raise ValueError(
+                    f"actions must be a 1-D integer array, got shape {actions.shape} dtype "
+                    f"{actions.dtype}; pass the response's token ids"
+                )
+            tokens = actions.tolist()
+        else:
+            try:
+                tokens = list(map(operator.index, actions))
+            except TypeError:
+                tokens = [self._check_token(a) for a in actions]  # raises, naming the culprit
+        if not tokens:
+            raise ValueError("got an empty token sequence; pass at least one token id")
+        if min(tokens) < 0 or max(tokens) >= self.vocab_size:
+            self._check_token(next(t for t in tokens if not 0 <= t < self.vocab_size))  # raises
+        return tokens
+
+    def _episode_end(self, tokens: list[int], num_actions: int) -> tuple[int, bool]:
+        """How many of `tokens` the episode consumes after `num_actions`, and if EOS ends it."""
+        limit = min(len(tokens), self.response_length - num_actions)
+        try:
+            return tokens.index(self.eos_token_id, 0, limit) + 1, True
+        except ValueError:
+            return limit, False
+
+    def _decode(self, tokens: list[int]) -> str:
+        return self.tokenizer.decode(tokens, skip_special_tokens=True)
+
+    def _finish(self, verification: Verification | None) -> tuple[float, dict[str, Any]]:
+        """End the episode: score the response (unless precomputed) and build the final info."""
+        self._running = False
+        text = self._decode(self._actions)
+        if verification is None:
+            verification = self._verifier.score(text, self._problems.answers[self._prompt_index])
+        self._counters.add(verification)
+        return verification.score, {VERIFIER_INFO: verification.as_info(), RESPONSE_INFO: text}
