@@ -62,7 +62,7 @@ def check_agg_mode(mode: str) -> None:
     """Raise ``ValueError`` naming ``loss_agg_mode``, the value and the valid modes."""
     if mode not in AGG_MODES:
         raise ValueError(
-            f"loss_agg_mode={mode!r} is not a known loss_agg_mode; valid names: "
+            f"loss_agg_mode={mode!r} is not valid; valid names: "
             f"{', '.join(repr(m) for m in AGG_MODES)}. Pick one of them (default "
             f"{DEFAULT_AGG_MODE!r})."
         )

@@ -60,7 +60,9 @@ class EstimatorInputs:
 
 # fn(inputs) -> (advantages [B, T], returns [B, T]) before whitening and clipping.
 AdvEstimatorFn = Callable[[EstimatorInputs], tuple[Tensor, Tensor]]
-ADV_ESTIMATOR_REGISTRY: Registry[AdvEstimatorFn] = Registry("adv_estimator", "register_adv_estimator")
+ADV_ESTIMATOR_REGISTRY: Registry[AdvEstimatorFn] = Registry(
+    "adv_estimator", "register_adv_estimator"
+)
 
 
 def register_adv_estimator(name: str, *, override: bool = False):
@@ -86,10 +88,10 @@ def gae_estimator(inputs: EstimatorInputs) -> tuple[Tensor, Tensor]:
             "adv_estimator='gae' needs values [B, T] from a critic; pass values=... or choose a "
             "critic-free adv_estimator ('reinforce', 'grpo', 'rloo', 'reinforce_baseline')."
         )
-    kwargs = {"gamma": inputs.gamma}
-    advantages, returns = gae(inputs.token_rewards, inputs.values, inputs.mask, lambd=inputs.lambd, **kwargs)
+    rewards, values, mask = inputs.token_rewards, inputs.values, inputs.mask
+    advantages, returns = gae(rewards, values, mask, gamma=inputs.gamma, lambd=inputs.lambd)
     if inputs.critic_lambd is not None:
-        _, returns = gae(inputs.token_rewards, inputs.values, inputs.mask, lambd=inputs.critic_lambd, **kwargs)
+        _, returns = gae(rewards, values, mask, gamma=inputs.gamma, lambd=inputs.critic_lambd)
     return advantages, returns
 
 
@@ -103,7 +105,7 @@ def group_adv_estimator(name: str) -> AdvEstimatorFn:
 
     def estimator(inputs: EstimatorInputs) -> tuple[Tensor, Tensor]:
         group_value = group_advantages(inputs.scores, inputs.group_size, name)  # (B,)
-        spread = zero_masked(group_value[:, None].expand_as(inputs.token_rewards), inputs.mask, group_value.dtype)
+        spread = group_value[:, None] * inputs.mask  # (B, T)
         kl_returns = discounted_returns(inputs.kl_rewards, inputs.mask, gamma=inputs.gamma)
         returns = discounted_returns(inputs.token_rewards, inputs.mask, gamma=inputs.gamma)
         return spread + kl_returns, returns
@@ -185,7 +187,7 @@ def compute_advantages(
         kl_rewards = -kl_coef * zero_masked(token_kl.detach(), m, dtype)
     token_rewards = last_token_rewards(scores, m) + kl_rewards
     if length_adaptive_alpha is not None:
-        lambd = length_adaptive_lambda(m.sum(dim=-1), length_adaptive_alpha).to(dtype)
+        lambd = length_adaptive_lambda(m.sum(dim=-1).to(dtype), length_adaptive_alpha)
     inputs = EstimatorInputs(
         scores=scores, token_rewards=token_rewards, kl_rewards=kl_rewards, mask=m,
         values=None if values is None else zero_masked(values.detach(), m, dtype),

@@ -57,7 +57,9 @@ PgVariantFn = Callable[..., tuple[Tensor, dict[str, Tensor]]]
 PG_VARIANT_REGISTRY: Registry[PgVariantFn] = Registry("pg_variant", "register_pg_variant")
 
 
-def register_pg_variant(name: str, *, override: bool = False) -> Callable[[PgVariantFn], PgVariantFn]:
+def register_pg_variant(
+    name: str, *, override: bool = False
+) -> Callable[[PgVariantFn], PgVariantFn]:
     """Decorator adding a policy-gradient variant under ``name``.
 
     The function's keyword-only arguments other than ``scores`` are the variant's parameters,
