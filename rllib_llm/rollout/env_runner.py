@@ -21,6 +21,7 @@ from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_NO
 
+from rllib_llm.envs.math_verify_env import VERIFIER_INFO
 from rllib_llm.learner.packing import ACTION_LOGP, GROUP_ID, WEIGHT_VERSION
 from rllib_llm.rollout.engine import SamplingParams
 from rllib_llm.rollout.threads import limit_torch_threads
@@ -34,7 +35,6 @@ GENERATE_S = "time_generate_s"
 VERIFY_S = "time_verify_s"
 GENERATE_TOKENS_PER_S = "generate_tokens_per_s"
 WEIGHT_VERSION_METRIC = "weight_version"
-VERIFIER_TIMEOUTS = "verifier_timeouts"
 
 
 class RLVREnvRunner(EnvRunner):
@@ -121,19 +121,33 @@ class RLVREnvRunner(EnvRunner):
         responses = self.engine.generate([info["prompt_ids"] for _, info in prompts], n,
                                          self._sampling())
         t1 = time.perf_counter()
-        episodes = []
-        for (_, info), group in zip(prompts, responses):
-            group_id = f"{self.worker_index or 0}-{next(self._counter)}"
-            for response in group:
-                episodes.append(self._replay(self.env, info["prompt_index"], response, group_id))
+        episodes = self._episodes(self.env, [info["prompt_index"] for _, info in prompts],
+                                  responses)
         t2 = time.perf_counter()
         self._log_sample_metrics(episodes, t1 - t0, t2 - t1)
         return episodes
 
-    def _replay(self, env, prompt_index: int, response, group_id: str) -> SingleAgentEpisode:
+    def _episodes(self, env, prompt_indices: list[int], responses) -> list[SingleAgentEpisode]:
+        """One finished episode per response; a group's responses share a group id.
+
+        All responses are verified in one batch first (the verifier's pool overlaps them), then
+        each is replayed through the env with its precomputed verdict.
+        """
+        flat = [(i, r) for i, group in zip(prompt_indices, responses) for r in group]
+        verdicts = env.verify_responses([i for i, _ in flat], [r.token_ids for _, r in flat])
+        episodes = []
+        for g, (index, group) in enumerate(zip(prompt_indices, responses)):
+            group_id = f"{self.worker_index or 0}-{next(self._counter)}"
+            for j, response in enumerate(group):
+                verdict = verdicts[g * len(group) + j]
+                episodes.append(self._replay(env, index, response, group_id, verdict))
+        return episodes
+
+    def _replay(self, env, prompt_index: int, response, group_id: str,
+                verdict=None) -> SingleAgentEpisode:
         """Step `env` through one generated response and return the finished episode."""
         obs, info = env.reset(options={"prompt_index": prompt_index})
-        result = env.step_chunk(response.token_ids)
+        result = env.step_chunk(response.token_ids, verification=verdict)
         k = len(result.rewards)  # steps the env accepted (it may stop before the last token)
         if k != len(response.token_ids):
             raise RuntimeError(
@@ -160,8 +174,7 @@ class RLVREnvRunner(EnvRunner):
     def _log_sample_metrics(self, episodes, generate_s: float, verify_s: float) -> None:
         lengths = [len(e) for e in episodes]
         returns = [float(e.get_return()) for e in episodes]
-        correct = [bool(e.get_infos(-1).get("verifier", {}).get("correct", False))
-                   for e in episodes]
+        correct = [_is_correct(e) for e in episodes]
         steps = sum(lengths)
         self.num_env_steps_sampled_lifetime += steps
         m = self.metrics
@@ -175,8 +188,9 @@ class RLVREnvRunner(EnvRunner):
         m.log_value(GENERATE_TOKENS_PER_S, steps / max(generate_s, 1e-9), window=1)
         m.log_value(WEIGHT_VERSION_METRIC, self.engine.weight_version, window=1)
         m.log_value(NUM_ENV_STEPS_SAMPLED_LIFETIME, steps, reduce="lifetime_sum")
-        timeouts = self.env.verifier_metrics().get("timeouts", 0)
-        m.log_value(VERIFIER_TIMEOUTS, timeouts, reduce="max", window=1)
+        for name, count in self.env.verifier_metrics().items():
+            # Cumulative counters of this runner's env (timeouts, errors, ...).
+            m.log_value(f"verifier_{name}", count, reduce="max", window=1)
 
     # --- evaluation -----------------------------------------------------------------------------
     def evaluate(self, *, num_problems: int, temperature: float, split: str = "test",
@@ -190,13 +204,10 @@ class RLVREnvRunner(EnvRunner):
         sampling = SamplingParams(temperature=temperature, top_p=self.config.top_p,
                                   max_tokens=self.config.response_length, seed=seed)
         responses = self.engine.generate([i["prompt_ids"] for i in infos], 1, sampling)
-        correct, lengths = [], []
-        for i, (group,) in enumerate(responses):
-            ep = self._replay(env, i, group, group_id=f"eval-{i}")
-            correct.append(bool(ep.get_infos(-1).get("verifier", {}).get("correct", False)))
-            lengths.append(len(ep))
-        return {"accuracy": float(np.mean(correct)), "response_length_mean":
-                float(np.mean(lengths)), "num_problems": num_problems}
+        episodes = self._episodes(env, list(range(num_problems)), responses)
+        return {"accuracy": float(np.mean([_is_correct(e) for e in episodes])),
+                "response_length_mean": float(np.mean([len(e) for e in episodes])),
+                "num_problems": num_problems}
 
     # --- RLlib plumbing -------------------------------------------------------------------------
     def get_spaces(self):
@@ -246,3 +257,7 @@ class RLVREnvRunner(EnvRunner):
         except Exception:  # interpreter shutdown: the env's pool may already be gone
             pass
 
+
+def _is_correct(episode: SingleAgentEpisode) -> bool:
+    """The verifier's verdict on the finished episode (its last info)."""
+    return bool(episode.get_infos(-1).get(VERIFIER_INFO, {}).get("correct", False))
