@@ -2,31 +2,39 @@
 
 Why processes: math-verify (sympy underneath) can run for minutes or eat memory on hostile input,
 and its own timeouts use `signal.alarm`, which works only on a process's main thread, while RLlib
-runs environments inside Ray worker threads. A call that overruns here is ended the only reliable
+runs environments inside Ray worker threads. A call that overruns is ended the only reliable
 way, by killing its process; a fresh worker replaces it, so the caller never crashes or stalls.
 
-Workers start with the "spawn" context: forking a threaded Ray worker can deadlock the child on a
-lock some other thread held. A worker reports ready only after importing `preload`, and a call's
-clock starts when it is handed to a ready worker, so the seconds a new interpreter takes to
-start never count as a timeout. (Spawn re-imports the parent's `__main__` script when it is a
-file: keep script entry points behind `if __name__ == "__main__":`, as Ray's own worker does.)
+How workers start: a fresh interpreter runs `verify_worker.py` as a script (fork+exec, like
+multiprocessing's "spawn"; never a bare fork, which can deadlock a child of a threaded Ray
+worker on a lock another thread held), and talks over a socket pair with multiprocessing's
+`Connection` framing. Not `multiprocessing`'s spawn context itself: its children re-import the
+parent's `__main__` script, which is the user's training script when the env runner is local
+(re-running an unguarded script in every worker), and it pulled Ray Tune into each worker here
+(~3 s and ~220 MB instead of ~1 s and ~56 MB). A worker reports ready after importing
+`preload`, and a call's clock starts when it is handed to a ready worker, so the seconds an
+interpreter takes to start never count as a timeout.
+
+Workers exit when the pool closes, is garbage-collected, or the interpreter exits, and on their
+own when the parent's end of the socket closes while they wait for work.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import runpy
+import socket
+import subprocess
+import sys
 import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from multiprocessing.connection import wait
+from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from rllib_llm.envs import verify_worker
 from rllib_llm.envs.validation import check_int, check_positive_seconds
-from rllib_llm.envs.verify_worker import ERROR_CHARS, READY, RUN_NAME
+from rllib_llm.envs.verify_worker import ERROR_CHARS, READY
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,31 +47,26 @@ class Outcome:
 
 
 class _Worker:
-    """One worker process, its end of the pipe, and the call it is running (if any)."""
+    """One worker process, our end of its socket, and the call it is running (if any)."""
 
-    def __init__(self, ctx, preload: tuple[str, ...], start_timeout_s: float):
-        parent_conn, child_conn = ctx.Pipe()
-        # run_path, not an import of the module: see verify_worker's docstring for why.
-        self.process = ctx.Process(
-            target=runpy.run_path,
-            args=(verify_worker.__file__,),
-            kwargs={
-                "init_globals": {"_conn": child_conn, "_preload": preload},
-                "run_name": RUN_NAME,
-            },
-            daemon=True,
-        )
-        self.process.start()
-        child_conn.close()  # so that the child's death shows up as EOF on our end
-        self.conn = parent_conn
+    def __init__(self, preload: tuple[str, ...], start_timeout_s: float):
+        ours, theirs = socket.socketpair()
+        with theirs:
+            # -P: the script's directory (envs/) must not shadow top-level modules in the worker.
+            self.process = subprocess.Popen(
+                [sys.executable, "-P", verify_worker.__file__, str(theirs.fileno()), *preload],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+            )
+        self.conn = Connection(ours.detach())
         self.ready = False
         self.job: int | None = None
         self.deadline = time.monotonic() + start_timeout_s
 
     def kill(self) -> None:
-        if self.process.is_alive():
+        if self.process.poll() is None:
             self.process.kill()
-        self.process.join(timeout=5.0)
+        self.process.wait()
         self.conn.close()
 
 
@@ -76,7 +79,10 @@ def _stop_workers(workers: list[_Worker]) -> None:
             pass
     deadline = time.monotonic() + 1.0
     for worker in workers:
-        worker.process.join(timeout=max(0.0, deadline - time.monotonic()))
+        try:
+            worker.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass  # killed below
         worker.kill()
     workers.clear()
 
@@ -112,7 +118,6 @@ class HardTimeoutPool:
         )
         self.preload = tuple(preload)
         self.restarts = 0  # workers replaced after a timeout or a crash
-        self._ctx = multiprocessing.get_context("spawn")
         self._workers: list[_Worker] = []
         # Runs on close(), on garbage collection and at interpreter exit, whichever comes first;
         # it holds the worker list, not the pool, so it does not keep the pool alive.
@@ -137,7 +142,7 @@ class HardTimeoutPool:
 
     # --- internals ------------------------------------------------------------------------------
     def _start_worker(self) -> _Worker:
-        return _Worker(self._ctx, self.preload, self.start_timeout_s)
+        return _Worker(self.preload, self.start_timeout_s)
 
     def _replace(self, worker: _Worker) -> None:
         worker.kill()
@@ -179,8 +184,10 @@ class HardTimeoutPool:
         try:
             message = worker.conn.recv()
         except (EOFError, OSError):
-            worker.process.join(timeout=1.0)  # reap it, so the exit code is known
-            code = worker.process.exitcode
+            try:
+                code = worker.process.wait(timeout=1.0)  # reap it, so the exit code is known
+            except subprocess.TimeoutExpired:
+                code = None
             self._fail(worker, outcomes, queue, f"worker process died (exit code {code})")
             return
         if not worker.ready:

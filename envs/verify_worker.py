@@ -1,10 +1,11 @@
 """The code that runs inside a verifier worker process; standard library only at import.
 
-`HardTimeoutPool` starts each worker by running this file with `runpy.run_path`, not by importing
-it as `rllib_llm.envs.verify_worker`: an import would first run `rllib_llm/__init__`, which
-registers environments with Ray Tune, and that costs seconds and ~160 MB per worker (measured:
-a worker with only math-verify loaded holds ~56 MB). Startup speed matters because a worker
-killed on a timeout is replaced while verification waits.
+`HardTimeoutPool` runs this file as a script in a fresh interpreter (`python -P verify_worker.py
+FD [MODULE ...]`): FD is the worker's end of a socket pair, the MODULEs are imported before the
+worker reports ready. Running the file, rather than importing `rllib_llm.envs.verify_worker`,
+keeps `rllib_llm/__init__` out of the worker: it registers environments with Ray Tune, which costs
+seconds and ~160 MB per worker (measured: a worker with only math-verify loaded holds ~56 MB),
+and a worker killed on a timeout is replaced while verification waits for it.
 
 A call is `(fn, args)`: `fn` is a picklable callable (imported by reference in the worker), or the
 name of a function defined in this file, which needs no import at all.
@@ -14,9 +15,9 @@ from __future__ import annotations
 
 import importlib
 import signal
+import sys
 
 READY = "ready"
-RUN_NAME = "__rllib_llm_verify_worker__"
 ERROR_CHARS = 500  # an exception message from hostile input can be as large as the input
 
 
@@ -73,6 +74,7 @@ def serve(conn, preload: tuple[str, ...]) -> None:
             conn.send((False, f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]))
 
 
-if __name__ == RUN_NAME:
-    # `runpy.run_path` put `_conn` and `_preload` into this module's globals.
-    serve(_conn, _preload)  # noqa: F821
+if __name__ == "__main__":
+    from multiprocessing.connection import Connection
+
+    serve(Connection(int(sys.argv[1])), tuple(sys.argv[2:]))
