@@ -97,7 +97,10 @@ def test_ppo_dual_clip_by_hand():
 
 def test_tis_by_hand():
     per_token, _, grad, metrics = run("tis")  # weights clip(r, 0, 1): 1, 1, e^-0.5
-    w = lambda b, i: min(max(ratio(b, i), 0.0), 1.0)
+
+    def w(b, i):
+        return min(max(ratio(b, i), 0.0), 1.0)
+
     assert_close(per_token, expect(lambda b, i: -w(b, i) * ADV[b][i] * LOGP[b][i]))
     assert_close(grad, expect(lambda b, i: -w(b, i) * ADV[b][i] / 3))
     assert_close(metrics["clipfrac"], 1 / 3)
@@ -150,7 +153,10 @@ def test_cispo_unified_mask_by_hand():
 def test_kimi15_by_hand():
     tau = 0.5
     per_token, _, grad, _ = run("kimi15", kimi15_tau=tau)
-    d = lambda b, i: LOGP[b][i] - OLD_LOGP[b][i]
+
+    def d(b, i):
+        return LOGP[b][i] - OLD_LOGP[b][i]
+
     assert_close(per_token, expect(lambda b, i: -ADV[b][i] * LOGP[b][i] + tau / 2 * d(b, i) ** 2))
     assert_close(grad, expect(lambda b, i: (-ADV[b][i] + tau * d(b, i)) / 3))
 

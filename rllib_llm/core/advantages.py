@@ -29,7 +29,9 @@ GROUP_ESTIMATOR_REGISTRY: Registry[GroupEstimatorFn] = Registry(
 )
 
 
-def register_group_estimator(name: str, *, override: bool = False):
+def register_group_estimator(
+    name: str, *, override: bool = False
+) -> Callable[[GroupEstimatorFn], GroupEstimatorFn]:
     """Decorator adding a group baseline ``fn(scores [G, K]) -> advantages [G, K]``."""
     return GROUP_ESTIMATOR_REGISTRY.register(name, override=override)
 

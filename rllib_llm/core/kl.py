@@ -34,7 +34,9 @@ KL_ESTIMATOR_REGISTRY: Registry[KlEstimatorFn] = Registry("kind", "register_kl_e
 K3_CLAMP = 10.0
 
 
-def register_kl_estimator(name: str, *aliases: str, override: bool = False):
+def register_kl_estimator(
+    name: str, *aliases: str, override: bool = False
+) -> Callable[[KlEstimatorFn], KlEstimatorFn]:
     """Decorator adding a per-token KL estimator ``fn(d) -> kl`` with d = logp − ref_logp."""
     return KL_ESTIMATOR_REGISTRY.register(name, *aliases, override=override)
 

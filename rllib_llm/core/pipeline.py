@@ -65,7 +65,9 @@ ADV_ESTIMATOR_REGISTRY: Registry[AdvEstimatorFn] = Registry(
 )
 
 
-def register_adv_estimator(name: str, *, override: bool = False):
+def register_adv_estimator(
+    name: str, *, override: bool = False
+) -> Callable[[AdvEstimatorFn], AdvEstimatorFn]:
     """Decorator adding an advantage estimator ``fn(EstimatorInputs) -> (advantages, returns)``."""
     return ADV_ESTIMATOR_REGISTRY.register(name, override=override)
 
@@ -175,17 +177,11 @@ def compute_advantages(
     _check_pipeline_args(scores, mask, token_kl, values, reward_clip, advantage_clip, kl_coef)
     dtype = compute_dtype(scores, token_kl, values)
     m = bool_mask(mask)  # (B, T)
-    scores = scores.detach().to(dtype)  # (B,)
-    if reward_clip is not None:
-        scores = scores.clamp(-reward_clip, reward_clip)
-    scores = reward_norm(
-        scores, group_size, mean_type=norm_mean_type, std_type=norm_std_type,
-        running_stats=running_stats,
+    scores = process_scores(
+        scores.to(dtype), group_size, reward_clip=reward_clip, norm_mean_type=norm_mean_type,
+        norm_std_type=norm_std_type, running_stats=running_stats,
     )
-    kl_rewards = torch.zeros(m.shape, dtype=dtype, device=scores.device)  # (B, T)
-    if token_kl is not None and kl_coef != 0:
-        kl_rewards = -kl_coef * zero_masked(token_kl.detach(), m, dtype)
-    token_rewards = last_token_rewards(scores, m) + kl_rewards
+    token_rewards, kl_rewards = token_level_rewards(scores, m, token_kl=token_kl, kl_coef=kl_coef)
     if length_adaptive_alpha is not None:
         lambd = length_adaptive_lambda(m.sum(dim=-1).to(dtype), length_adaptive_alpha)
     inputs = EstimatorInputs(
@@ -199,6 +195,47 @@ def compute_advantages(
     if advantage_clip is not None:
         advantages = advantages.clamp(-advantage_clip, advantage_clip)
     return zero_masked(advantages, m, dtype), zero_masked(returns, m, dtype), token_rewards
+
+
+def process_scores(
+    scores: Tensor,
+    group_size: int,
+    *,
+    reward_clip: float | None = None,
+    norm_mean_type: NormType | None = None,
+    norm_std_type: NormType | None = None,
+    running_stats: RunningMeanStd | None = None,
+) -> Tensor:
+    """Steps 1–2: clamp [B] scores to ±``reward_clip``, then ``reward_norm`` them."""
+    scores = scores.detach().to(compute_dtype(scores))  # (B,)
+    if reward_clip is not None:
+        scores = scores.clamp(-reward_clip, reward_clip)
+    return reward_norm(
+        scores, group_size, mean_type=norm_mean_type, std_type=norm_std_type,
+        running_stats=running_stats,
+    )
+
+
+def token_level_rewards(
+    scores: Tensor, mask: Tensor, *, token_kl: Tensor | None = None, kl_coef: float = 0.0
+) -> tuple[Tensor, Tensor]:
+    """Step 3: each row's score on its last mask token, minus β·KL on every mask token.
+
+    Args:
+        scores: [B] processed scores.
+        mask: [B, T] binary mask.
+        token_kl: [B, T] per-token KL(old ‖ ref) estimate, or None.
+        kl_coef: β.
+
+    Returns:
+        (token_rewards [B, T], kl_rewards [B, T] = −β·token_kl alone), 0 outside the mask.
+    """
+    dtype = compute_dtype(scores, token_kl)
+    m = bool_mask(mask)  # (B, T)
+    kl_rewards = torch.zeros(m.shape, dtype=dtype, device=scores.device)  # (B, T)
+    if token_kl is not None and kl_coef != 0:
+        kl_rewards = -kl_coef * zero_masked(token_kl.detach(), m, dtype)
+    return last_token_rewards(scores.to(dtype), m) + kl_rewards, kl_rewards
 
 
 def _check_pipeline_args(scores, mask, token_kl, values, reward_clip, advantage_clip, kl_coef):
