@@ -15,7 +15,7 @@ _register_envs()
 
 
 def __getattr__(name: str):
-    # RLlib is heavy to import; `import rllib_llm.core` stays light until the algorithm is used.
+    # RLlib's algorithm stack is slow to import: load it when RLVRConfig/RLVR is first used.
     if name in ("RLVRConfig", "RLVR"):
         from rllib_llm import algorithm
 

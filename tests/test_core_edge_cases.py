@@ -103,3 +103,21 @@ def test_dtype_rule(dtype, out):
         core.compute_advantages(scores, mask, adv_estimator="grpo", group_size=2)[0],
     ]
     assert [r.dtype for r in results] == [out] * len(results)
+
+
+def test_positive_nll_micro_batches_sum_to_the_whole_batch_with_its_token_count():
+    from rllib_llm.core import positive_nll_loss
+
+    g = torch.Generator().manual_seed(0)
+    logp = -torch.rand(4, 5, generator=g, dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0], [1, 1, 0, 0, 0]],
+                        dtype=torch.float64)
+    scores = torch.tensor([1.0, 0.0, 1.0, 1.0], dtype=torch.float64)
+    whole = positive_nll_loss(logp, mask, scores)
+    n = (mask * (scores[:, None] > 0)).sum()
+    parts = sum(positive_nll_loss(logp[i:i + 2], mask[i:i + 2], scores[i:i + 2], num_tokens=n)
+                for i in (0, 2))
+    torch.testing.assert_close(parts, whole)
+    # By hand: -(sum of logp over rows 0, 2, 3 mask tokens) / 6 tokens.
+    by_hand = -(logp[0, :3].sum() + logp[2, :1].sum() + logp[3, :2].sum()) / 6
+    torch.testing.assert_close(whole, by_hand)

@@ -78,23 +78,15 @@ def one_of(names: Callable[[], tuple[str, ...]] | tuple[str, ...]) -> Rule:
 
 
 def _core_names(kind: str) -> Callable[[], tuple[str, ...]]:
-    """Valid names of one core registry, read when checked so user registrations count."""
+    """Valid names of one core option, read when checked so user registrations count."""
 
     def names() -> tuple[str, ...]:
-        from rllib_llm import core
+        from rllib_llm.core import registered_names
 
-        return {
-            "pg_variant": core.PG_VARIANT_REGISTRY.names,
-            "loss_agg_mode": lambda: core.AGG_MODES,
-            "kl_kind": core.KL_ESTIMATOR_REGISTRY.names,
-            "adv_estimator": core.ADV_ESTIMATOR_REGISTRY.names,
-        }[kind]()
+        return registered_names(kind)
 
     return names
 
-
-# Norm types: None means "off" and is handled by `optional`.
-_NORM_TYPES = ("batch", "group", "running")
 
 FIELDS: tuple[Field, ...] = (
     # --- model and sampling -------------------------------------------------------------------
@@ -215,9 +207,9 @@ FIELDS: tuple[Field, ...] = (
     Field("reward_clip", None, "Clamp scores to +-reward_clip; None = off.", optional(positive),
           "advantage"),
     Field("norm_mean_type", None, "Subtract the 'batch', 'group' or 'running' score mean.",
-          optional(one_of(_NORM_TYPES)), "advantage"),
+          optional(one_of(_core_names("norm_type"))), "advantage"),
     Field("norm_std_type", None, "Divide by the 'batch', 'group' or 'running' score std.",
-          optional(one_of(_NORM_TYPES)), "advantage"),
+          optional(one_of(_core_names("norm_type"))), "advantage"),
     Field("whiten_advantages", True, "Whiten advantages over the batch's mask tokens.", boolean,
           "advantage"),
     Field("advantage_clip", 2.0, "Clamp advantages to +-advantage_clip; None = off.",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 from rllib_llm.core.masked import (
@@ -13,7 +14,9 @@ from rllib_llm.core.masked import (
 )
 
 
-def positive_nll_loss(logp: Tensor, mask: Tensor, scores: Tensor) -> Tensor:
+def positive_nll_loss(
+    logp: Tensor, mask: Tensor, scores: Tensor, *, num_tokens: Tensor | float | None = None
+) -> Tensor:
     """VAPO's positive-example LM loss (arXiv:2504.05118):
     −Σ_{score>0} Σ_t mask·logp / Σ_{score>0} Σ_t mask.
 
@@ -24,6 +27,8 @@ def positive_nll_loss(logp: Tensor, mask: Tensor, scores: Tensor) -> Tensor:
         logp: [B, T] log π_θ of the sampled tokens (gradient flows).
         mask: [B, T] binary mask.
         scores: [B] verifier scores.
+        num_tokens: the positive responses' mask tokens of the whole mini-batch, when ``logp``
+            is one micro-batch of it (as ``agg_loss``'s ``num_tokens``). Default: this batch's.
 
     Returns:
         () scalar in the compute dtype.
@@ -37,4 +42,5 @@ def positive_nll_loss(logp: Tensor, mask: Tensor, scores: Tensor) -> Tensor:
     positive_mask = bool_mask(mask) & (scores[:, None] > 0)  # (B, T)
     dtype = compute_dtype(logp)
     total = zero_masked(logp, positive_mask, dtype).sum()
-    return -safe_divide(total, positive_mask.to(dtype).sum())
+    count = positive_mask.to(dtype).sum() if num_tokens is None else num_tokens
+    return -safe_divide(total, torch.as_tensor(count, dtype=dtype, device=logp.device))

@@ -96,7 +96,8 @@ class RLVRLearner(TorchLearner):
         if cfg.entropy_coef:
             loss = loss - cfg.entropy_coef * entropy
         if cfg.positive_nll_coef:
-            nll = _positive_nll(logp, mask, batch["scores"], self._positive_tokens)
+            nll = core.positive_nll_loss(logp, mask, batch["scores"],
+                                         num_tokens=self._positive_tokens)
             loss = loss + cfg.positive_nll_coef * nll
             self._log(module_id, POSITIVE_NLL, nll)
         self._log(module_id, PG_LOSS, pg_loss)
@@ -113,13 +114,6 @@ class RLVRLearner(TorchLearner):
 
     def _log(self, module_id: str, name: str, value: torch.Tensor) -> None:
         self.metrics.log_value((module_id, name), float(value.detach()), window=1)
-
-
-def _positive_nll(logp, mask, scores, positive_tokens) -> torch.Tensor:
-    """VAPO's positive-example LM loss with the whole mini-batch's positive-token count."""
-    positive = (scores > 0).to(logp.dtype).unsqueeze(-1)  # (B, 1)
-    total = -(logp * mask * positive).sum()
-    return total / positive_tokens.clamp(min=1) if positive_tokens is not None else total
 
 
 def _split(data: dict[str, torch.Tensor], size: int | None):
