@@ -1,0 +1,176 @@
+"""load_problems: the arithmetic generator, local files, Hugging Face datasets, and every error."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from rllib_llm.envs import arithmetic_problems, load_problems
+
+GSM8K_LIKE = [
+    {"question": "Tom has 3 apples and buys 4. How many?", "answer": "3 + 4 = 7\n#### 7"},
+    {"question": "What is 36 times 2?", "answer": "36 * 2 = 72\n#### 72"},
+]
+EXPECTED = [
+    {"prompt": "Tom has 3 apples and buys 4. How many?", "answer": "7"},
+    {"prompt": "What is 36 times 2?", "answer": "72"},
+]
+
+
+def write_jsonl(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(path)
+
+
+def test_arithmetic_is_the_builtin_generator():
+    kwargs = {"seed": 3, "max_operand": 9, "test_size": 10}
+    assert load_problems("arithmetic", split="test", **kwargs) == arithmetic_problems(
+        "test", **kwargs
+    )
+    assert load_problems()[0].keys() == {"prompt", "answer"}
+
+
+def test_jsonl_with_custom_keys_and_gsm8k_answers(tmp_path):
+    path = write_jsonl(tmp_path / "gsm.jsonl", GSM8K_LIKE)
+    assert load_problems(path, prompt_key="question") == EXPECTED
+    # A local file is one split: `split` does not change what is read.
+    assert load_problems(path, split="test", prompt_key="question") == EXPECTED
+
+
+def test_json_and_parquet_files(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    json_path = tmp_path / "p.json"
+    json_path.write_text(json.dumps(GSM8K_LIKE))
+    assert load_problems(str(json_path), prompt_key="question") == EXPECTED
+    parquet_path = tmp_path / "p.parquet"
+    pq.write_table(pa.Table.from_pylist(GSM8K_LIKE), parquet_path)
+    assert load_problems(str(parquet_path), prompt_key="question") == EXPECTED
+
+
+def test_numeric_answers_become_strings(tmp_path):
+    path = write_jsonl(
+        tmp_path / "n.jsonl", [{"prompt": "1+1=", "answer": 2}, {"prompt": "x", "answer": 0.5}]
+    )
+    assert [p["answer"] for p in load_problems(path)] == ["2", "0.5"]
+
+
+def test_huggingface_datasets_saved_to_disk_and_data_dirs(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    train = datasets.Dataset.from_list(GSM8K_LIKE)
+    train.save_to_disk(str(tmp_path / "single"))
+    assert load_problems(str(tmp_path / "single"), prompt_key="question") == EXPECTED
+
+    splits = datasets.DatasetDict({"train": train, "test": train.select([1])})
+    splits.save_to_disk(str(tmp_path / "dict"))
+    test = load_problems(str(tmp_path / "dict"), split="test", prompt_key="question")
+    assert test == EXPECTED[1:]
+    with pytest.raises(
+        ValueError,
+        match=r"split='valid' is not in the dataset saved at .*; its splits are "
+        r"\['test', 'train'\]",
+    ):
+        load_problems(str(tmp_path / "dict"), split="valid", prompt_key="question")
+
+    # A directory of data files goes through datasets.load_dataset (offline: it is local).
+    (tmp_path / "raw").mkdir()
+    write_jsonl(tmp_path / "raw" / "train.jsonl", GSM8K_LIKE)
+    assert load_problems(str(tmp_path / "raw"), prompt_key="question") == EXPECTED
+
+
+# --- errors -------------------------------------------------------------------------------------
+def test_missing_field_names_it_and_the_fields_that_exist(tmp_path):
+    path = write_jsonl(tmp_path / "gsm.jsonl", GSM8K_LIKE)
+    with pytest.raises(
+        ValueError,
+        match=r"prompt_key='prompt' is not a field of .*gsm.jsonl \(record 0\); its fields are "
+        r"\['answer', 'question'\]: pass prompt_key=<one of them>",
+    ):
+        load_problems(path)
+    with pytest.raises(ValueError, match=r"answer_key='solution' is not a field of .*\(record 0\)"):
+        load_problems(path, prompt_key="question", answer_key="solution")
+
+
+def test_a_record_missing_a_field_is_named(tmp_path):
+    path = write_jsonl(tmp_path / "p.jsonl", [{"prompt": "a", "answer": "1"}, {"prompt": "b"}])
+    with pytest.raises(
+        ValueError,
+        match=r"answer_key='answer' is not a field of .*\(record 1\); "
+        r"its fields are \['prompt'\]",
+    ):
+        load_problems(path)
+
+
+def test_empty_dataset(tmp_path):
+    path = tmp_path / "empty.jsonl"
+    path.write_text("\n")
+    with pytest.raises(ValueError, match=r"empty.jsonl has no problems; check the file or the"):
+        load_problems(str(path))
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        (
+            {"prompt": "", "answer": "1"},
+            (
+                r"record 0 of .*: prompt='' must be a non-empty string; "
+                r"fix or drop that record"
+            ),
+        ),
+        ({"prompt": 3, "answer": "1"}, r"record 0 of .*: prompt=3 must be a non-empty string"),
+        (
+            {"prompt": "a", "answer": None},
+            (
+                r"record 0 of .*: answer=None must be a string or a "
+                r"number; fix or drop that record"
+            ),
+        ),
+        ({"prompt": "a", "answer": True}, r"answer=True must be a string or a number"),
+        (
+            {"prompt": "a", "answer": "work ####  "},
+            (
+                r"record 0 of .*: answer='work ####  ' holds "
+                r"no answer; fix or drop that record"
+            ),
+        ),
+    ],
+)
+def test_bad_records(tmp_path, record, message):
+    with pytest.raises(ValueError, match=message):
+        load_problems(write_jsonl(tmp_path / "bad.jsonl", [record]))
+
+
+def test_bad_files(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"dataset file '.*nope.jsonl' does not exist"):
+        load_problems(str(tmp_path / "nope.jsonl"))
+    path = tmp_path / "broken.jsonl"
+    path.write_text('{"prompt": "a", "answer": "1"}\n{"prompt": \n')
+    with pytest.raises(ValueError, match=r"broken.jsonl:2 is not valid JSON \(.*\); fix or remove"):
+        load_problems(str(path))
+    path.write_text('["a", "1"]\n')
+    with pytest.raises(ValueError, match=r"broken.jsonl:1 holds a list, not an object; write one"):
+        load_problems(str(path))
+    json_path = tmp_path / "p.json"
+    json_path.write_text('{"prompt": "a"}')
+    with pytest.raises(ValueError, match=r"p.json' must hold a JSON list of objects, one per"):
+        load_problems(str(json_path))
+
+
+def test_bad_arguments(tmp_path):
+    path = write_jsonl(tmp_path / "p.jsonl", [{"prompt": "a", "answer": "1"}])
+    with pytest.raises(
+        ValueError,
+        match=r"dataset_kwargs=\['name'\] do not apply to the local "
+        r"file .*; remove them",
+    ):
+        load_problems(path, name="main")
+    with pytest.raises(
+        ValueError,
+        match=r"dataset='' must be a non-empty string; pass "
+        r"'arithmetic'",
+    ):
+        load_problems("")
+    with pytest.raises(ValueError, match=r"split='valid' is not one of \('train', 'test'\)"):
+        load_problems("arithmetic", split="valid")
