@@ -242,9 +242,8 @@ class MathVerifyEnv(gymnasium.Env):
         return self._order[self._order_pos - 1]
 
     def _check_prompt_index(self, index: Any) -> int:
-        if isinstance(index, bool) or not isinstance(index, int | np.integer):
-            index = None
-        if index is None or not 0 <= index < self.num_problems:
+        is_int = isinstance(index, int | np.integer) and not isinstance(index, bool)
+        if not (is_int and 0 <= index < self.num_problems):
             raise ValueError(
                 f"prompt_index={index!r} must be an integer in [0, {self.num_problems}); use an "
                 "index from a reset info's 'prompt_index'"
