@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from rllib_llm.envs.answer_extraction import EXTRACTIONS, compare_plain_decimals, extract_answer
 from rllib_llm.envs.validation import check_choice, check_finite, check_int, check_positive_seconds
@@ -63,7 +63,15 @@ class Verification:
 
     def as_info(self) -> dict:
         """The verdict as a plain dict (for episode infos)."""
-        return asdict(self)
+        # Spelled out: `dataclasses.asdict` deep-copies and was a third of an episode's cost.
+        return {
+            "score": self.score,
+            "correct": self.correct,
+            "extracted": self.extracted,
+            "timed_out": self.timed_out,
+            "error": self.error,
+            "fast_path": self.fast_path,
+        }
 
 
 class VerifierCounters:

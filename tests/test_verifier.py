@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 import os
@@ -104,6 +105,11 @@ def test_fast_path_verdicts_and_counters():
     assert set(v.metrics()) == set(METRIC_NAMES)
     assert v._pool is None  # plain numbers never start a worker process
     v.close()
+
+
+def test_as_info_holds_every_field():
+    verdict = MathVerifier().score("\\boxed{72}", "72")
+    assert verdict.as_info() == dataclasses.asdict(verdict)
 
 
 def test_scores_are_configurable():
