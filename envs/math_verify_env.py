@@ -27,6 +27,12 @@ generating after the env's tokens.
 Batched verification: the env runner replays many responses; `verify_responses` scores all of
 them in one overlapping batch on the verifier pool, and `step_chunk(tokens, verification=v)` then
 uses the precomputed verdict instead of verifying again.
+
+Cost per episode, measured on the 2-core development machine with the embedded tokenizer:
+reset + step_chunk + verification takes ~10 µs for an arithmetic answer (2-16 tokens, decided
+by the verifier's in-process fast path; stepping token by token costs the same at 16 tokens), and
+~2 ms for a LaTeX answer that goes through math-verify in the worker pool (sympy's parse and
+compare dominate; batching 64 responses over 2 workers saved ~10% on 2 busy cores).
 """
 
 from __future__ import annotations
