@@ -23,7 +23,7 @@ from rllib_llm.envs.validation import (
 
 @dataclass(frozen=True)
 class MathVerifyEnvConfig:
-    """Settings of `MathVerifyEnv` (RLlib: `config.environment("math_verify", env_config={...})`)."""
+    """Settings of `MathVerifyEnv` (RLlib: `.environment("math_verify", env_config={...})`)."""
 
     model: str = "embedded"
     """Where the tokenizer comes from: a name for `rllib_llm.models.load_tokenizer` ("embedded",

@@ -1,4 +1,4 @@
-"""Checks for user-facing settings, with messages that name the field, the value, the rule and a fix.
+"""Checks for user-facing settings, with messages naming the field, the value, the rule and a fix.
 
 The environment config and the verifier validate the same kinds of values (a count, a positive
 duration, a choice among names); these helpers keep their messages in one shape, so a user who sees

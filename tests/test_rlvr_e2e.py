@@ -132,3 +132,18 @@ def test_variant_raises_held_out_accuracy(variant):
 # give a >= 30-point rise; the test uses fewer iterations and asks for a smaller, safe margin.
 LEARNING_ITERATIONS = 60
 MIN_GAIN = 0.15
+
+
+def test_learner_scores_sampled_tokens_exactly_as_the_sampler_did():
+    """The importance ratio starts at 1: learner log-probs equal the engine's behaviour ones."""
+    from rllib_llm.learner.packing import episode_tokens, pack
+
+    algo = embedded_config("ppo", **TINY).build_algo()
+    runner = algo.env_runner_group.local_env_runner
+    episodes = runner.sample()
+    batch = pack([episode_tokens(e) for e in episodes], runner.env.tokenizer.pad_token_id)
+    module = algo.learner_group._learner.module["default_policy"]
+    logp = module.score_tokens(batch, reference=False)
+    mask = batch["action_mask"].bool()
+    torch.testing.assert_close(logp[mask], batch["old_logp"][mask], atol=1e-5, rtol=0)
+    algo.stop()

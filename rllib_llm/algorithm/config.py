@@ -46,7 +46,7 @@ class RLVRConfig(AlgorithmConfig):
         self.env_runner_cls = RLVREnvRunner
 
     # --- setting fields -------------------------------------------------------------------------
-    def training(self, **kwargs) -> "RLVRConfig":
+    def training(self, **kwargs) -> RLVRConfig:
         """Set RLVR fields (see fields.py), ROLL aliases, or any RLlib `training()` argument."""
         ours = {}
         rllib_params = inspect.signature(AlgorithmConfig.training).parameters
@@ -68,14 +68,14 @@ class RLVRConfig(AlgorithmConfig):
             setattr(self, key, value)
         return self
 
-    def env_runners(self, *, rollout_engine: str | None = None, **kwargs) -> "RLVRConfig":
+    def env_runners(self, *, rollout_engine: str | None = None, **kwargs) -> RLVRConfig:
         """RLlib's env_runners(), plus `rollout_engine` ('torch')."""
         if rollout_engine is not None:
             self.rollout_engine = rollout_engine
         super().env_runners(**kwargs)
         return self
 
-    def update_from_dict(self, config_dict: dict[str, Any]) -> "RLVRConfig":
+    def update_from_dict(self, config_dict: dict[str, Any]) -> RLVRConfig:
         # Tune passes flat dicts: accept ROLL's aliases there too.
         config_dict = dict(config_dict)
         for alias, (name, convert) in ALIASES.items():

@@ -7,8 +7,9 @@ settings reference and the CLI's `--help`. Names and defaults follow ROLL's PPO-
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 # A rule returns None when the value is fine, else the rule in words ("must be > 0").
 Rule = Callable[[Any], "str | None"]

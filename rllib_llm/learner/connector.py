@@ -59,7 +59,7 @@ class PackAndComputeAdvantages(ConnectorV2):
             mean_kl = (token_kl.sum() / mask.sum().clamp(min=1)).item()
             self._log(metrics, KL_IN_REWARD, mean_kl)
             self._log(metrics, KL_COEF, self.kl_controller.value)
-        advantages, returns, _ = core.compute_advantages(
+        advantages, _, _ = core.compute_advantages(
             data["scores"], mask,
             adv_estimator=cfg.adv_estimator,
             group_size=cfg.num_return_sequences_in_group,

@@ -7,15 +7,16 @@ environment appended in that step's info (tool output: state, not action, mask 0
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
-# Keys the env runner and environments write into episode infos / extra model outputs.
-PROMPT_IDS = "prompt_ids"
-ENV_TOKENS = "env_tokens"
+from rllib_llm.envs.token_mdp import ENV_TOKENS, PROMPT_IDS
+
+# Keys the env runner writes into episode infos / extra model outputs.
 GROUP_ID = "group_id"
 ACTION_LOGP = "action_logp"
 WEIGHT_VERSION = "weight_version"

@@ -17,6 +17,6 @@ def in_ray_actor() -> bool:
 
 
 def limit_torch_threads(num_threads: int = 1) -> None:
-    """Use `num_threads` torch threads when running inside a Ray actor (the driver keeps its own)."""
+    """Use `num_threads` torch threads inside a Ray actor (the driver keeps its own count)."""
     if in_ray_actor():
         torch.set_num_threads(num_threads)
