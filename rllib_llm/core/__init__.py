@@ -72,6 +72,12 @@ from rllib_llm.core.policy_losses import (
     resolve_aliases,
 )
 from rllib_llm.core.registry import Registry
+from rllib_llm.core.rollout_correction import (
+    ROLLOUT_IS_LEVELS,
+    RolloutIsLevel,
+    rollout_is_weights,
+    rollout_mismatch_kl,
+)
 from rllib_llm.core.value import explained_variance, value_loss, value_loss_per_token
 
 __all__ = [
@@ -88,6 +94,7 @@ __all__ = [
     "PARAM_ALIASES",
     "PG_VARIANTS",
     "PG_VARIANT_REGISTRY",
+    "ROLLOUT_IS_LEVELS",
     "TOPR_RATIO_LEVELS",
     "AdaptiveKLController",
     "AdvEstimator",
@@ -101,6 +108,7 @@ __all__ = [
     "NormType",
     "PgVariant",
     "Registry",
+    "RolloutIsLevel",
     "RunningMeanStd",
     "agg_counts",
     "agg_loss",
@@ -130,6 +138,8 @@ __all__ = [
     "registered_names",
     "resolve_aliases",
     "reward_norm",
+    "rollout_is_weights",
+    "rollout_mismatch_kl",
     "token_level_rewards",
     "value_loss",
     "value_loss_per_token",
