@@ -1,0 +1,210 @@
+"""The torch rollout engine: the log-probs the learner relies on, stopping, seeding, weight sync."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from transformers import DynamicCache, LlamaForCausalLM
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from rllib_llm.models.tiny_llama import tiny_llama_config
+from rllib_llm.rollout.engine import Response, RolloutEngine, SamplingParams
+from rllib_llm.rollout.torch_engine import TorchRolloutEngine, left_pad, top_p_filter
+
+torch.set_num_threads(1)
+
+PAD, EOS, V = 0, 1, 40
+PROMPTS = [[5, 6, 7], [8], [9, 10, 11, 12, 13], [14, 15]]  # ragged: exercises left padding
+
+
+@pytest.fixture(scope="module")
+def model() -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    config = tiny_llama_config(
+        V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        pad_token_id=PAD, eos_token_id=EOS,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def make_engine(model: nn.Module) -> TorchRolloutEngine:
+    return TorchRolloutEngine(model, eos_token_id=EOS, pad_token_id=PAD)
+
+
+def teacher_forced_logprobs(model, prompt, response, temperature) -> torch.Tensor:
+    """log_softmax(logits / T)[token] of each response token, from one unpadded forward pass."""
+    ids = torch.tensor([prompt + response.token_ids])  # (1, P + R)
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()  # (R, V)
+    logp = torch.log_softmax(logits / temperature, dim=-1)
+    return logp.gather(-1, torch.tensor(response.token_ids)[:, None]).squeeze(-1)  # (R,)
+
+
+def test_engine_satisfies_protocol(model):
+    assert isinstance(make_engine(model), RolloutEngine)
+
+
+@pytest.mark.parametrize(("temperature", "top_p"), [(1.0, 1.0), (0.7, 0.8), (1.6, 1.0)])
+def test_logprobs_match_teacher_forcing(model, temperature, top_p):
+    engine = make_engine(model)
+    sampling = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=12, seed=3)
+    out = engine.generate(PROMPTS, 3, sampling)
+    for prompt, group in zip(PROMPTS, out, strict=True):
+        for response in group:
+            expected = teacher_forced_logprobs(model, prompt, response, temperature)
+            got = torch.tensor(response.logprobs)
+            # Pre-top-p distribution: with top_p < 1 the filtered probs would be larger.
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+
+
+def test_greedy_reports_temperature_one_logprobs_and_argmax(model):
+    out = make_engine(model).generate(PROMPTS, 1, SamplingParams(temperature=0, max_tokens=6))
+    for prompt, (response,) in zip(PROMPTS, out, strict=True):
+        expected = teacher_forced_logprobs(model, prompt, response, 1.0)
+        torch.testing.assert_close(torch.tensor(response.logprobs), expected, atol=1e-5, rtol=0)
+        ids = torch.tensor([prompt + response.token_ids])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1]  # (R, V)
+        assert logits.argmax(-1).tolist() == response.token_ids
+
+
+def test_n_responses_per_prompt_and_shapes(model):
+    out = make_engine(model).generate(PROMPTS, 5, SamplingParams(max_tokens=7, seed=0))
+    assert len(out) == len(PROMPTS)
+    for group in out:
+        assert len(group) == 5
+        for r in group:
+            assert isinstance(r, Response) and len(r.token_ids) == len(r.logprobs) >= 1
+            assert all(0 <= t < V for t in r.token_ids) and all(lp <= 0 for lp in r.logprobs)
+        # Samples of one prompt are independent draws, not copies of one.
+        assert len({tuple(r.token_ids) for r in group}) > 1
+
+
+def test_same_seed_same_samples_other_seed_other_samples(model):
+    engine = make_engine(model)
+    a = engine.generate(PROMPTS, 4, SamplingParams(max_tokens=8, seed=11))
+    b = engine.generate(PROMPTS, 4, SamplingParams(max_tokens=8, seed=11))
+    c = engine.generate(PROMPTS, 4, SamplingParams(max_tokens=8, seed=12))
+    assert a == b
+    assert a != c
+
+
+def test_max_batch_size_chunks_give_the_same_greedy_result(model):
+    sampling = SamplingParams(temperature=0, max_tokens=6)
+    whole = make_engine(model).generate(PROMPTS, 2, sampling)
+    chunked = TorchRolloutEngine(model, eos_token_id=EOS, pad_token_id=PAD, max_batch_size=3)
+    got = chunked.generate(PROMPTS, 2, sampling)
+    assert [[r.token_ids for r in g] for g in got] == [[r.token_ids for r in g] for g in whole]
+
+
+class ScriptedLM(nn.Module):
+    """A fake causal LM whose greedy choice at position p is `script[p]`, whatever the input.
+
+    Rows with prompts of different lengths are at different positions, so each reaches EOS at its
+    own step: this checks per-row stopping and that positions ignore the left padding.
+    """
+
+    def __init__(self, script: list[int]):
+        super().__init__()
+        self.config = tiny_llama_config(V, hidden_size=8, num_attention_heads=2)
+        self.script = script
+        self.dummy = nn.Parameter(torch.zeros(1))
+
+    def forward(self, input_ids, position_ids, past_key_values=None, logits_to_keep=0, **_):
+        assert isinstance(past_key_values, DynamicCache)
+        # The prediction at position p is the token for position p + 1.
+        target = torch.tensor(self.script)[(position_ids + 1).clamp(max=len(self.script) - 1)]
+        logits = torch.full((*input_ids.shape, V), -10.0)  # (B, S, V)
+        logits.scatter_(-1, target[..., None], 10.0)
+        return CausalLMOutputWithPast(logits=logits[:, -logits_to_keep:])
+
+
+def test_stops_at_eos_including_it_or_at_max_tokens():
+    # positions: 0..5 hold prompt tokens at most; EOS sits at position 6.
+    script = [2, 2, 2, 2, 3, 4, EOS, 5, 5, 5, 5, 5, 5]
+    engine = TorchRolloutEngine(ScriptedLM(script), eos_token_id=EOS, pad_token_id=PAD)
+    prompts = [[7] * 2, [7] * 4, [7] * 6]  # responses start at positions 2, 4, 6
+    out = engine.generate(prompts, 1, SamplingParams(temperature=0, max_tokens=3))
+    assert out[0][0] == Response([2, 2, 3], pytest.approx([0.0] * 3, abs=1e-6), "length")
+    assert out[1][0].token_ids == [3, 4, EOS] and out[1][0].finish_reason == "stop"
+    assert out[2][0].token_ids == [EOS] and out[2][0].finish_reason == "stop"
+
+
+def test_several_eos_ids_each_stop():
+    script = [2, 2, 2, 9, 5, 5, 5]
+    engine = TorchRolloutEngine(ScriptedLM(script), eos_token_id=[EOS, 9], pad_token_id=PAD)
+    (resp,), = engine.generate([[7, 7]], 1, SamplingParams(temperature=0, max_tokens=5))
+    assert resp.token_ids == [2, 9] and resp.finish_reason == "stop"
+
+
+def test_load_weights_changes_outputs_and_sets_version(model):
+    engine_model = LlamaForCausalLM(model.config).eval()  # a different random init
+    engine = make_engine(engine_model)
+    greedy = SamplingParams(temperature=0, max_tokens=6)
+    before = engine.generate(PROMPTS, 1, greedy)
+    assert engine.weight_version == 0
+    engine.load_weights(model.state_dict(), version=7)
+    after = engine.generate(PROMPTS, 1, greedy)
+    assert engine.weight_version == 7
+    assert after != before
+    assert after == make_engine(model).generate(PROMPTS, 1, greedy)
+    assert engine.model is engine_model  # loaded in place, not re-created
+
+
+def test_load_weights_accepts_a_partial_state_dict(model):
+    engine = make_engine(LlamaForCausalLM(model.config).eval())
+    name = "model.norm.weight"
+    engine.load_weights({name: torch.full_like(model.state_dict()[name], 2.0)}, version=1)
+    assert torch.equal(engine.model.state_dict()[name], torch.full_like(model.model.norm.weight, 2))
+
+
+def test_load_weights_rejects_unknown_keys_and_bad_shapes(model):
+    engine = make_engine(LlamaForCausalLM(model.config).eval())
+    with pytest.raises(ValueError, match=r"\['policy.lm_head.weight'\] are not in the engine"):
+        engine.load_weights({"policy.lm_head.weight": torch.zeros(1)}, version=1)
+    with pytest.raises(ValueError, match="model.norm.weight has shape \\(3,\\)"):
+        engine.load_weights({"model.norm.weight": torch.zeros(3)}, version=1)
+    assert engine.weight_version == 0
+
+
+def test_generate_rejects_bad_arguments(model):
+    engine = make_engine(model)
+    with pytest.raises(ValueError, match="n=0 must be >= 1"):
+        engine.generate(PROMPTS, 0, SamplingParams())
+    with pytest.raises(ValueError, match=r"prompt_ids\[1\] is empty"):
+        engine.generate([[5], []], 1, SamplingParams())
+    with pytest.raises(ValueError, match="max_batch_size=0"):
+        TorchRolloutEngine(model, eos_token_id=EOS, pad_token_id=PAD, max_batch_size=0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"temperature": -0.5}, "temperature=-0.5 must be >= 0"),
+        ({"temperature": float("nan")}, "temperature=nan must be >= 0"),
+        ({"top_p": 0.0}, r"top_p=0.0 must be in \(0, 1\]"),
+        ({"top_p": 1.5}, r"top_p=1.5 must be in \(0, 1\]"),
+        ({"max_tokens": 0}, "max_tokens=0 must be an int >= 1"),
+        ({"max_tokens": 2.0}, "max_tokens=2.0 must be an int >= 1"),
+        ({"seed": -1}, "seed=-1 must be None or an int >= 0"),
+    ],
+)
+def test_sampling_params_validation(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SamplingParams(**kwargs)
+
+
+def test_top_p_filter_hand_values():
+    probs = torch.tensor([[0.2, 0.5, 0.3], [0.2, 0.5, 0.3]])
+    # Row 0 (top_p 0.6): 0.5 alone falls short, 0.5 + 0.3 reaches it -> keep those two.
+    torch.testing.assert_close(top_p_filter(probs[:1], 0.6), torch.tensor([[0.0, 0.5, 0.3]]))
+    # top_p 0.5: the most likely token alone reaches it.
+    torch.testing.assert_close(top_p_filter(probs[1:], 0.5), torch.tensor([[0.0, 0.5, 0.0]]))
+    torch.testing.assert_close(top_p_filter(probs, 1.0), probs)
+
+
+def test_left_pad():
+    ids, mask = left_pad([[3, 4], [5]], PAD, torch.device("cpu"))
+    assert ids.tolist() == [[3, 4], [PAD, 5]]
+    assert mask.tolist() == [[1, 1], [0, 1]]
