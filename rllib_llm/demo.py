@@ -26,7 +26,7 @@ EMBEDDED_TRAINING = dict(
 )
 
 
-def embedded_config(pg_variant: str = "topr", seed: int = 0, **overrides):
+def embedded_config(pg_variant: str = "topr", *, seed: int = 0, **overrides):
     """The RLVRConfig of the demo and the learning tests."""
     from rllib_llm import RLVRConfig
 
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> dict:
     run_dir = Path(args.run_dir or f"runs/demo-{args.pg_variant}-{time.strftime('%Y%m%d-%H%M%S')}")
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
              ignore_reinit_error=True)
-    config = embedded_config(args.pg_variant, args.seed).env_runners(rollout_engine=args.engine)
+    config = embedded_config(args.pg_variant, seed=args.seed).env_runners(rollout_engine=args.engine)
     algo = config.build_algo()
     log = RunLog(run_dir)
     print(f"rllib_llm demo: pg_variant={args.pg_variant}, engine={args.engine}, "

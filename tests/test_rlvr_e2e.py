@@ -3,6 +3,8 @@ micro-batching changes nothing, bf16 checkpoints, Tune sweeps, and TOPR/GRPO lea
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import ray
@@ -48,7 +50,7 @@ def test_every_critic_free_variant_trains(variant):
 
 
 def test_episodes_record_the_weight_version_that_sampled_them():
-    algo = embedded_config("grpo", **TINY).build_algo()
+    algo = embedded_config("ppo", **TINY).build_algo()
     algo.train()
     episodes = algo.env_runner_group.local_env_runner.sample()
     versions = {int(v) for e in episodes for v in e.get_extra_model_outputs("weight_version")}
@@ -68,13 +70,13 @@ def test_micro_batching_does_not_change_the_update():
 
 
 def test_bf16_module_syncs_and_checkpoints(tmp_path):
-    algo = embedded_config("grpo", model_dtype="bfloat16", **TINY).build_algo()
+    algo = embedded_config("ppo", model_dtype="bfloat16", **TINY).build_algo()
     algo.train()
     trained = learner_weights(algo)
     assert trained["lm_head.weight"].dtype == torch.bfloat16
     algo.save_to_path(str(tmp_path))
     algo.stop()
-    restored = embedded_config("grpo", model_dtype="bfloat16", **TINY).build_algo()
+    restored = embedded_config("ppo", model_dtype="bfloat16", **TINY).build_algo()
     restored.restore_from_path(str(tmp_path))
     for k, v in learner_weights(restored).items():
         assert torch.equal(v, trained[k]), k
@@ -103,7 +105,7 @@ def test_tune_sweeps_a_training_field(tmp_path):
     from rllib_llm import RLVR
 
     param_space = embedded_config("topr", **TINY).training(
-        pg_variant=tune.grid_search(["topr", "grpo"])
+        pg_variant=tune.grid_search(["topr", "cispo"])
     )
     tuner = tune.Tuner(
         RLVR,
@@ -113,13 +115,17 @@ def test_tune_sweeps_a_training_field(tmp_path):
     )
     results = tuner.fit()
     assert not results.errors
-    assert sorted(r.config["pg_variant"] for r in results) == ["grpo", "topr"]
+    assert sorted(r.config["pg_variant"] for r in results) == ["cispo", "topr"]
+
+
+# GRPO is PPO's clipped loss on group-normalised advantages (adv_estimator="grpo").
+ALGORITHMS = {"topr": {"pg_variant": "topr"}, "grpo": {"pg_variant": "ppo"}}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", ["topr", "grpo"])
-def test_variant_raises_held_out_accuracy(variant):
-    algo = embedded_config(variant, seed=1).build_algo()
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_algorithm_raises_held_out_accuracy(name):
+    algo = embedded_config(**ALGORITHMS[name], adv_estimator="grpo", seed=1).build_algo()
     before = algo.evaluate_accuracy(num_problems=200)["accuracy"]
     for _ in range(LEARNING_ITERATIONS):
         algo.train()
@@ -146,4 +152,29 @@ def test_learner_scores_sampled_tokens_exactly_as_the_sampler_did():
     logp = module.score_tokens(batch, reference=False)
     mask = batch["action_mask"].bool()
     torch.testing.assert_close(logp[mask], batch["old_logp"][mask], atol=1e-5, rtol=0)
+    algo.stop()
+
+
+def test_remote_env_runners_train_and_survive_a_killed_runner():
+    algo = (embedded_config("topr", **TINY)
+            .env_runners(num_env_runners=2)
+            .fault_tolerance(restart_failed_env_runners=True)
+            .build_algo())
+    first = algo.train()
+    assert first["env_runners"]["num_env_steps_sampled_lifetime"] > 0
+    victim = algo.env_runner_group._worker_manager._actors[1]
+    ray.kill(victim, no_restart=False)
+    # Training goes on with the surviving runner while RLlib restarts the killed one (bounded).
+    deadline = time.monotonic() + 120
+    result = algo.train()
+    while algo.env_runner_group.num_healthy_remote_workers() < 2 and time.monotonic() < deadline:
+        result = algo.train()
+        time.sleep(0.5)
+    assert result["env_runners"]["num_env_steps_sampled_lifetime"] > \
+        first["env_runners"]["num_env_steps_sampled_lifetime"]
+    assert algo.env_runner_group.num_healthy_remote_workers() == 2
+    # The restored runner samples with the learner's current weights.
+    versions = algo.env_runner_group.foreach_env_runner(
+        lambda r: r.engine.weight_version, local_env_runner=False)
+    assert len(set(versions)) == 1 and versions[0] > 0
     algo.stop()

@@ -15,10 +15,12 @@ import time
 from typing import Any
 
 import numpy as np
+import ray
 from ray.rllib.core import COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
 from ray.rllib.env import INPUT_ENV_SINGLE_SPACES, INPUT_ENV_SPACES
 from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+from ray.rllib.utils.checkpoints import Checkpointable
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_NO
 
 from rllib_llm.envs.math_verify_env import VERIFIER_INFO
@@ -37,7 +39,7 @@ GENERATE_TOKENS_PER_S = "generate_tokens_per_s"
 WEIGHT_VERSION_METRIC = "weight_version"
 
 
-class RLVREnvRunner(EnvRunner):
+class RLVREnvRunner(EnvRunner, Checkpointable):
     """An EnvRunner for token-level LLM environments (single-turn for now).
 
     `sample()` returns complete episodes only: a response is generated to its end before the
@@ -92,9 +94,25 @@ class RLVREnvRunner(EnvRunner):
         self.module = spec.build()
 
     def _make_engine(self):
+        cfg, tok = self.config, self.env.tokenizer
+        if cfg.rollout_engine == "vllm":
+            from rllib_llm.models import resolve_path
+            from rllib_llm.rollout.vllm_engine import VLLMRolloutEngine
+
+            return VLLMRolloutEngine(
+                resolve_path(cfg.model_name_or_path),
+                eos_token_id=tok.eos_token_id,
+                dtype=cfg.model_dtype,
+                seed=(cfg.seed or 0) + (self.worker_index or 0),
+                gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+                kv_cache_memory_bytes=cfg.vllm_kv_cache_memory_bytes,
+                tensor_parallel_size=cfg.vllm_tensor_parallel_size,
+                enforce_eager=cfg.vllm_enforce_eager,
+                max_num_seqs=cfg.vllm_max_num_seqs,
+                enable_sleep_mode=cfg.vllm_enable_sleep_mode,
+            )
         from rllib_llm.rollout.torch_engine import TorchRolloutEngine
 
-        tok = self.env.tokenizer
         return TorchRolloutEngine(
             self.module.model, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
         )
@@ -226,6 +244,8 @@ class RLVREnvRunner(EnvRunner):
             seq_no = state.get(WEIGHTS_SEQ_NO, 0)
             if seq_no == 0 or seq_no > self._weights_seq_no:
                 module_state = state[COMPONENT_RL_MODULE]
+                if isinstance(module_state, ray.ObjectRef):  # remote runners get a reference
+                    module_state = ray.get(module_state)
                 if DEFAULT_MODULE_ID in module_state:
                     module_state = module_state[DEFAULT_MODULE_ID]
                 weights = {k[len("model."):]: v for k, v in module_state.items()
