@@ -288,21 +288,22 @@ def test_training_step_syncs_versions_into_episodes_and_logs_the_mismatch(ray_se
     algo.stop()
 
 
-# Calibrated on the 2-core development machine with the torch engine's settings (lr 1e-4 is
-# the demo's for the embedded model); a smaller, safe margin than the demo shows.
-LEARNING_ITERATIONS = 40
-MIN_GAIN = 0.10
+# Calibrated on the 2-core machine, pinned to one core, from a stand-in for the embedded
+# checkpoint (`pretrain --steps 4000`: 29% greedy): lr 1e-4 (as for the torch engine), 300
+# iterations (~50 s) took greedy held-out accuracy from 28.7% to 46.3%. Greedy evaluation on 300
+# problems keeps the sampling noise of the measurement out of the margin.
+LEARNING_ITERATIONS = 300
+MIN_GAIN = 0.08
 
 
 @pytest.mark.vllm
 def test_topr_with_vllm_raises_held_out_accuracy(ray_session):
     embedded_model_or_skip()
-    algo = vllm_config("topr", seed=1).build_algo()
-    before = algo.evaluate_accuracy(num_problems=200)["accuracy"]
-    rewards = []
-    for _ in range(LEARNING_ITERATIONS):
-        rewards.append(algo.train()["env_runners"]["episode_return_mean"])
-    after = algo.evaluate_accuracy(num_problems=200)["accuracy"]
+    algo = vllm_config("topr", seed=1, lr=1e-4).build_algo()
+    before = algo.evaluate_accuracy(num_problems=300, temperature=0)["accuracy"]
+    rewards = [algo.train()["env_runners"]["episode_return_mean"]
+               for _ in range(LEARNING_ITERATIONS)]
+    after = algo.evaluate_accuracy(num_problems=300, temperature=0)["accuracy"]
     algo.stop()
     assert np.isfinite(rewards).all()
     assert after - before >= MIN_GAIN, (before, after)
