@@ -162,6 +162,21 @@ def test_stops_at_eos_keeping_it_else_runs_to_max_tokens(engine):
 
 
 @pytest.mark.vllm
+def test_only_the_given_eos_ids_stop_a_response(model_dir):
+    """The checkpoint's generation_config.json names EOS=1; an engine told EOS=2 ignores 1."""
+    from rllib_llm.rollout.vllm_engine import VLLMRolloutEngine
+
+    other = VLLMRolloutEngine(str(model_dir), eos_token_id=[2])
+    out = other.generate([[5 + i, 6 + i] for i in range(8)], 4, SamplingParams(max_tokens=40,
+                                                                               seed=2))
+    responses = [r for group in out for r in group]
+    assert any(EOS in r.token_ids[:-1] for r in responses)  # sampled 1 and went on
+    for r in responses:
+        assert (r.finish_reason == "stop") == (r.token_ids[-1] == 2)
+        assert r.finish_reason == "stop" or len(r.token_ids) == 40
+
+
+@pytest.mark.vllm
 @pytest.mark.parametrize("temperature", [1.0, 0.7, 1.6])
 def test_logprobs_match_teacher_forcing(engine, hf_model, temperature):
     out = engine.generate(PROMPTS, 3, SamplingParams(temperature=temperature, max_tokens=12,

@@ -14,8 +14,9 @@ Three choices make vLLM honour the `Response` contract of `engine.py`:
   `-log(nucleus mass)`; the learner then recomputes `old_logp` itself (`recompute_old_logp`).
 - **Stopping.** The engine runs without a tokenizer (`skip_tokenizer_init=True`: prompts arrive
   as token ids, responses leave as token ids, and char-level or custom tokenizers need no vLLM
-  support), so vLLM knows no EOS: it is passed as `stop_token_ids`, which vLLM keeps as the last
-  token of the response.
+  support), and the env's EOS ids are passed as `stop_token_ids`, which vLLM keeps as the last
+  token of the response; `ignore_eos=True` stops vLLM from also ending responses at the eos ids
+  of the model's generation_config.json, which the env does not treat as an end.
 - **Seeds.** vLLM seeds the `n` samples of one request with `seed + i`, and a sample's noise
   depends on its seed alone (measured: two prompts with one seed draw the same tokens from a
   near-uniform model). So each prompt gets its own seed drawn from `random.Random(seed)`:
@@ -235,6 +236,9 @@ class VLLMRolloutEngine:
             seed=seed,
             logprobs=0,  # the sampled token's log-prob only
             stop_token_ids=self.eos_token_ids,
+            # vLLM would also stop at the eos ids of the model's generation_config.json; the
+            # env's EOS alone ends an episode, so only stop_token_ids may stop a response.
+            ignore_eos=True,
             detokenize=False,
         )
 
