@@ -42,7 +42,7 @@ def embedded_config(pg_variant: str = "topr", *, seed: int = 0, **overrides):
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pg-variant", default="topr")
-    parser.add_argument("--engine", default="torch", help="rollout engine: torch")
+    parser.add_argument("--engine", default="torch", help="rollout engine: torch or vllm")
     parser.add_argument("--minutes", type=float, default=3.5, help="training time budget")
     parser.add_argument("--max-iterations", type=int, default=1000)
     parser.add_argument("--eval-problems", type=int, default=300)

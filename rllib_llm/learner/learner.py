@@ -46,6 +46,15 @@ class RLVRLearner(TorchLearner):
         # The frozen reference model is part of the module but never optimised.
         return [p for p in module.parameters() if p.requires_grad]
 
+    def _get_optimizer_state(self) -> dict[str, Any]:
+        # RLlib converts optimizer state to numpy, which has no bfloat16 (Adam's moments of a
+        # bf16 model are bf16): keep torch tensors, as RLVRModule.get_state does.
+        return {
+            name: {"module_id": self._optimizer_name_to_module[name],
+                   "state": _detached(optim.state_dict())}
+            for name, optim in self._named_optimizers.items()
+        }
+
     def _uncompiled_update(self, batch: dict[str, Any], **kwargs):
         """One optimizer step over a mini-batch, accumulated over micro-batches."""
         start = time.perf_counter()
@@ -122,6 +131,17 @@ class RLVRLearner(TorchLearner):
 
     def _log(self, module_id: str, name: str, value: torch.Tensor) -> None:
         self.metrics.log_value((module_id, name), float(value.detach()), window=1)
+
+
+def _detached(tree: Any) -> Any:
+    """A copy of a (nested) optimizer state with CPU tensors."""
+    if isinstance(tree, torch.Tensor):
+        return tree.detach().cpu().clone()
+    if isinstance(tree, dict):
+        return {k: _detached(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_detached(v) for v in tree)
+    return tree
 
 
 def _split(data: dict[str, torch.Tensor], size: int | None):

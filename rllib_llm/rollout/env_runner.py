@@ -54,7 +54,29 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         self.env = self._make_env(split=None)
         self._eval_env = None
         self.make_module()
-        self.engine = self._make_engine()
+        self._engine = None  # built on first use: a driver-side runner may only ever evaluate
+
+    @property
+    def engine(self):
+        """The rollout engine, built on first use and brought to the runner's weights."""
+        if self._engine is None:
+            self._engine = self._make_engine()
+            if self._weights_seq_no and not self._engine_shares_module:
+                self._engine.load_weights(self._model_weights(self.module.get_state()),
+                                          self._weights_seq_no)
+            elif self._weights_seq_no:
+                self._engine.load_weights({}, self._weights_seq_no)  # same model: version only
+        return self._engine
+
+    @property
+    def _engine_shares_module(self) -> bool:
+        """True when the engine samples from this runner's module itself (the torch engine)."""
+        return getattr(self._engine, "model", None) is self.module.model
+
+    @staticmethod
+    def _model_weights(module_state: dict[str, Any]) -> dict[str, Any]:
+        """The causal LM's own state dict out of RLVRModule's (strip the `model.` prefix)."""
+        return {k[len("model."):]: v for k, v in module_state.items() if k.startswith("model.")}
 
     # --- construction ---------------------------------------------------------------------------
     def _env_config(self, split: str | None) -> dict[str, Any]:
@@ -248,9 +270,12 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
                     module_state = ray.get(module_state)
                 if DEFAULT_MODULE_ID in module_state:
                     module_state = module_state[DEFAULT_MODULE_ID]
-                weights = {k[len("model."):]: v for k, v in module_state.items()
-                           if k.startswith("model.")}
-                self.engine.load_weights(weights, version=seq_no)
+                # The runner's module is what checkpoints and a later-built engine read.
+                self.module.set_state(module_state)
+                if self._engine is not None:
+                    weights = {} if self._engine_shares_module else \
+                        self._model_weights(module_state)
+                    self._engine.load_weights(weights, version=seq_no)
                 self._weights_seq_no = max(self._weights_seq_no, seq_no)
         if NUM_ENV_STEPS_SAMPLED_LIFETIME in state:
             self.num_env_steps_sampled_lifetime = state[NUM_ENV_STEPS_SAMPLED_LIFETIME]
@@ -259,7 +284,7 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         return (), {"config": self.config}
 
     def assert_healthy(self) -> None:
-        assert self.env is not None and self.engine is not None, "RLVREnvRunner not set up"
+        assert self.env is not None and self.module is not None, "RLVREnvRunner not set up"
 
     def stop(self) -> None:
         for env in (self.env, self._eval_env):
