@@ -18,7 +18,7 @@ def tiny_llama_config(
     num_hidden_layers: int = 2,
     num_attention_heads: int = 4,
     intermediate_size: int = 512,
-    max_position_embeddings: int = 64,
+    max_position_embeddings: int = 128,
     pad_token_id: int | None = None,
     eos_token_id: int | None = None,
     tie_word_embeddings: bool = True,
