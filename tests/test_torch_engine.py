@@ -90,6 +90,21 @@ def test_same_seed_same_samples_other_seed_other_samples(model):
     assert a != c
 
 
+def test_generation_runs_in_eval_mode_and_restores_the_mode():
+    torch.manual_seed(0)
+    config = tiny_llama_config(V, hidden_size=32, num_attention_heads=4, intermediate_size=64)
+    config.attention_dropout = 0.5  # dropout would make the log-probs random
+    model = LlamaForCausalLM(config).train()
+    engine = make_engine(model)
+    out = engine.generate(PROMPTS, 2, SamplingParams(max_tokens=5, seed=0))
+    assert model.training
+    model.eval()
+    for prompt, group in zip(PROMPTS, out, strict=True):
+        for r in group:
+            expected = teacher_forced_logprobs(model, prompt, r, 1.0)
+            torch.testing.assert_close(torch.tensor(r.logprobs), expected, atol=1e-5, rtol=0)
+
+
 def test_max_batch_size_chunks_give_the_same_greedy_result(model):
     sampling = SamplingParams(temperature=0, max_tokens=6)
     whole = make_engine(model).generate(PROMPTS, 2, sampling)

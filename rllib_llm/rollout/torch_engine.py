@@ -21,7 +21,8 @@ class TorchRolloutEngine:
 
     Args:
         model: a Hugging Face causal LM; used in place (pass a copy to keep it apart from the
-            learner's). Put in eval mode.
+            learner's). Generation runs it in eval mode and then restores its mode, so a model
+            shared with a learner keeps training with dropout where it has any.
         eos_token_id: id, or ids, that end a response (several for chat models with end-of-turn
             tokens).
         pad_token_id: id used to left-pad prompts; never attended to, never returned.
@@ -44,7 +45,7 @@ class TorchRolloutEngine:
         if max_batch_size is not None and max_batch_size < 1:
             raise ValueError(f"max_batch_size={max_batch_size} must be None or >= 1")
         self.device = torch.device(device)
-        self.model = model.to(self.device).eval()
+        self.model = model.to(self.device)
         self.eos_token_ids = eos_ids
         self.pad_token_id = int(pad_token_id)
         self.max_batch_size = max_batch_size
@@ -71,8 +72,13 @@ class TorchRolloutEngine:
         rows = [list(p) for p in prompt_ids for _ in range(n)]
         step = self.max_batch_size or max(len(rows), 1)
         flat: list[Response] = []
-        for start in range(0, len(rows), step):
-            flat += self._generate_batch(rows[start : start + step], sampling, generator)
+        was_training = self.model.training
+        self.model.eval()  # dropout off: the log-probs must be those of the deterministic policy
+        try:
+            for start in range(0, len(rows), step):
+                flat += self._generate_batch(rows[start : start + step], sampling, generator)
+        finally:
+            self.model.train(was_training)
         return [flat[i * n : (i + 1) * n] for i in range(len(prompt_ids))]
 
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
