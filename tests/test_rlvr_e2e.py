@@ -126,18 +126,19 @@ ALGORITHMS = {"topr": {"pg_variant": "topr"}, "grpo": {"pg_variant": "ppo"}}
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_algorithm_raises_held_out_accuracy(name):
     algo = embedded_config(**ALGORITHMS[name], adv_estimator="grpo", seed=1).build_algo()
-    before = algo.evaluate_accuracy(num_problems=200)["accuracy"]
+    before = algo.evaluate_accuracy(num_problems=500)["accuracy"]
     for _ in range(LEARNING_ITERATIONS):
         algo.train()
-    after = algo.evaluate_accuracy(num_problems=200)["accuracy"]
+    after = algo.evaluate_accuracy(num_problems=500)["accuracy"]
     algo.stop()
     assert after - before >= MIN_GAIN, (before, after)
 
 
-# Calibrated on the 2-core development machine (benchmarks/RESULTS.md): the demo's 3.5 minutes
-# give a >= 30-point rise; the test uses fewer iterations and asks for a smaller, safe margin.
-LEARNING_ITERATIONS = 60
-MIN_GAIN = 0.15
+# Calibrated on the 2-core development machine (benchmarks/RESULTS.md): ~900 iterations (the
+# demo's 4.4 minutes) give a 30-point rise on 500 held-out problems, ~400 give about 15; the test
+# asks for 10 after 400, clear of the +-3-point noise of the evaluation.
+LEARNING_ITERATIONS = 400
+MIN_GAIN = 0.10
 
 
 def test_learner_scores_sampled_tokens_exactly_as_the_sampler_did():

@@ -17,7 +17,7 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 
 from rllib_llm import core
-from rllib_llm.rollout.threads import limit_torch_threads
+from rllib_llm.rollout.threads import set_torch_threads
 
 # Metric names the learner logs per module (besides the pg variant's own metrics).
 PG_LOSS = "pg_loss"
@@ -30,7 +30,7 @@ TOKENS_PER_S = "learner_tokens_per_s"
 
 class RLVRLearner(TorchLearner):
     def build(self) -> None:
-        limit_torch_threads()
+        set_torch_threads(self.config.num_torch_threads)
         super().build()
         cfg = self.config
         params = core.pg_variant_params(cfg.pg_variant)

@@ -26,7 +26,7 @@ from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_
 from rllib_llm.envs.math_verify_env import VERIFIER_INFO
 from rllib_llm.learner.packing import ACTION_LOGP, GROUP_ID, WEIGHT_VERSION
 from rllib_llm.rollout.engine import SamplingParams
-from rllib_llm.rollout.threads import limit_torch_threads
+from rllib_llm.rollout.threads import set_torch_threads
 
 # Metric names (under env_runners/ in the results).
 EPISODE_RETURN_MEAN = "episode_return_mean"
@@ -48,7 +48,7 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
 
     def __init__(self, *, config, **kwargs):
         super().__init__(config=config, **kwargs)
-        limit_torch_threads()
+        set_torch_threads(self.config.num_torch_threads)
         self._counter = itertools.count()
         self._weights_seq_no = 0
         self.env = self._make_env(split=None)
