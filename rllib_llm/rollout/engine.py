@@ -95,3 +95,12 @@ class RolloutEngine(Protocol):
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         """Copy a (possibly partial) state dict into the engine's model and record `version`."""
         ...
+
+
+def check_generate_args(prompt_ids: list[list[int]], n: int) -> None:
+    """The argument checks every engine's `generate` makes, with the same messages."""
+    if n < 1:
+        raise ValueError(f"n={n} must be >= 1 (responses per prompt)")
+    for i, prompt in enumerate(prompt_ids):
+        if len(prompt) == 0:
+            raise ValueError(f"prompt_ids[{i}] is empty; every prompt needs at least 1 token")

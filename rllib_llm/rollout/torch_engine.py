@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from rllib_llm.rollout.engine import Response, SamplingParams
+from rllib_llm.rollout.engine import Response, SamplingParams, check_generate_args
 
 
 class TorchRolloutEngine:
@@ -61,11 +61,7 @@ class TorchRolloutEngine:
         self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams
     ) -> list[list[Response]]:
         """Sample `n` independent responses per prompt; see `RolloutEngine.generate`."""
-        if n < 1:
-            raise ValueError(f"n={n} must be >= 1 (responses per prompt)")
-        for i, prompt in enumerate(prompt_ids):
-            if len(prompt) == 0:
-                raise ValueError(f"prompt_ids[{i}] is empty; every prompt needs at least 1 token")
+        check_generate_args(prompt_ids, n)
         generator = None
         if sampling.seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(sampling.seed)

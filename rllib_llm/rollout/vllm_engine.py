@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from rllib_llm.rollout.engine import Response, SamplingParams
+from rllib_llm.rollout.engine import Response, SamplingParams, check_generate_args
 
 INSTALL_HINT = (
     "install it with `pip install 'rllib_llm[vllm]'` on a CUDA machine or "
@@ -158,11 +158,7 @@ class VLLMRolloutEngine:
         self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams
     ) -> list[list[Response]]:
         """Sample `n` independent responses per prompt; see `RolloutEngine.generate`."""
-        if n < 1:
-            raise ValueError(f"n={n} must be >= 1 (responses per prompt)")
-        for i, prompt in enumerate(prompt_ids):
-            if len(prompt) == 0:
-                raise ValueError(f"prompt_ids[{i}] is empty; every prompt needs at least 1 token")
+        check_generate_args(prompt_ids, n)
         if not prompt_ids:
             return []
         # Greedy decoding gives n identical responses; vLLM insists on n == 1 for it.
