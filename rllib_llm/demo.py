@@ -1,6 +1,6 @@
 """The main job (`make demo`): TOPR on the embedded default, held-out accuracy before and after.
 
-    python -m rllib_llm.demo [--pg-variant topr] [--minutes 4] [--run-dir runs/demo]
+    python -m rllib_llm.demo [--pg-variant topr] [--minutes 4.4] [--run-dir runs/demo]
 
 Trains the tiny char-level Llama shipped with rllib_llm on arithmetic problems with the
 math-verify reward, printing one progress line per iteration, and writes metrics.csv,
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--pg-variant", default="topr")
     parser.add_argument("--engine", default="torch", help="rollout engine: torch or vllm")
     parser.add_argument("--minutes", type=float, default=4.4, help="training time budget")
-    parser.add_argument("--max-iterations", type=int, default=1000)
+    parser.add_argument("--max-iterations", type=int, default=100_000)
     parser.add_argument("--eval-problems", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--run-dir", default=None)
@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> dict:
     run_dir = Path(args.run_dir or f"runs/demo-{args.pg_variant}-{time.strftime('%Y%m%d-%H%M%S')}")
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
              ignore_reinit_error=True)
-    config = embedded_config(args.pg_variant, seed=args.seed).env_runners(rollout_engine=args.engine)
+    config = embedded_config(args.pg_variant, seed=args.seed)
+    config = config.env_runners(rollout_engine=args.engine)
     algo = config.build_algo()
     log = RunLog(run_dir)
     print(f"rllib_llm demo: pg_variant={args.pg_variant}, engine={args.engine}, "
