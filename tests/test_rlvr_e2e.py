@@ -30,7 +30,8 @@ def learner_weights(algo) -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_every_critic_free_variant_trains(variant):
-    algo = embedded_config(variant, **TINY).build_algo()
+    # The KL loss on: the reference model's path is exercised too.
+    algo = embedded_config(variant, use_kl_loss=True, **TINY).build_algo()
     before = learner_weights(algo)
     result = algo.train()
     after = learner_weights(algo)
