@@ -161,12 +161,18 @@ def test_stops_at_eos_keeping_it_else_runs_to_max_tokens(engine):
     assert {"stop", "length"} <= set(reasons)
 
 
+_KEEP_ALIVE: list = []
+
+
 @pytest.mark.vllm
 def test_only_the_given_eos_ids_stop_a_response(model_dir):
     """The checkpoint's generation_config.json names EOS=1; an engine told EOS=2 ignores 1."""
     from rllib_llm.rollout.vllm_engine import VLLMRolloutEngine
 
     other = VLLMRolloutEngine(str(model_dir), eos_token_id=[2])
+    # vLLM tears down its process-global parallel state when an engine is garbage-collected,
+    # which breaks the module's shared `engine`: keep this one alive until the module ends.
+    _KEEP_ALIVE.append(other)
     out = other.generate([[5 + i, 6 + i] for i in range(8)], 4, SamplingParams(max_tokens=40,
                                                                                seed=2))
     responses = [r for group in out for r in group]
