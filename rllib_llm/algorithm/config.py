@@ -52,8 +52,7 @@ class RLVRConfig(AlgorithmConfig):
         rllib_params = inspect.signature(AlgorithmConfig.training).parameters
         for key in list(kwargs):
             if key in ALIASES:
-                name, convert = ALIASES[key]
-                ours[name] = convert(kwargs.pop(key))
+                ours[ALIASES[key]] = kwargs.pop(key)
             elif key in FIELDS_BY_NAME:
                 ours[key] = kwargs.pop(key)
             elif key not in rllib_params:
@@ -81,9 +80,9 @@ class RLVRConfig(AlgorithmConfig):
     def update_from_dict(self, config_dict: dict[str, Any]) -> RLVRConfig:
         # Tune passes flat dicts: accept ROLL's aliases there too.
         config_dict = dict(config_dict)
-        for alias, (name, convert) in ALIASES.items():
+        for alias, name in ALIASES.items():
             if alias in config_dict:
-                config_dict[name] = convert(config_dict.pop(alias))
+                config_dict[name] = config_dict.pop(alias)
         return super().update_from_dict(config_dict)
 
     # --- validation -----------------------------------------------------------------------------

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rllib_llm.core.policy_losses import PARAM_ALIASES
+
 # A rule returns None when the value is fine, else the rule in words ("must be > 0").
 Rule = Callable[[Any], "str | None"]
 
@@ -281,12 +283,9 @@ FIELDS: tuple[Field, ...] = (
 
 FIELDS_BY_NAME: dict[str, Field] = {f.name: f for f in FIELDS}
 
-# ROLL's names that map onto ours: alias -> (our field, how to convert the value).
-ALIASES: dict[str, tuple[str, Callable[[Any], Any]]] = {
-    "positive_loss_coef": ("topr_positive_weight", lambda v: v),
-    "use_topr_neg_loss_coef": ("topr_negative_weight", lambda v: v),
-    "max_new_tokens": ("response_length", lambda v: v),
-}
+# ROLL's names that map onto ours: alias -> our field. The pg-variant aliases are core's own.
+ALIASES: dict[str, str] = {**PARAM_ALIASES, "max_new_tokens": "response_length"}
+
 
 def check_field(name: str, value: Any) -> None:
     """Raise ValueError naming the field, the value and the rule, if `value` breaks the rule."""
