@@ -201,8 +201,8 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
                 ACTION_LOGP: np.asarray(response.logprobs, dtype=np.float32),
                 WEIGHT_VERSION: np.full(k, version, dtype=np.int64),
             },
-            observation_space=self.env.observation_space,
-            action_space=self.env.action_space,
+            observation_space=env.observation_space,
+            action_space=env.action_space,
             len_lookback_buffer=0,
         ).to_numpy()
 
