@@ -1,0 +1,106 @@
+"""Weight sync by broadcast (`rollout/weight_broadcast.py`): layout, buckets, errors, and a real
+gloo broadcast from a sender to two receiver processes."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+
+import pytest
+import torch
+
+from rllib_llm.rollout import weight_broadcast as wb
+
+
+def state_dict() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    embed = torch.randn(7, 3, generator=g)
+    return {
+        "embed.weight": embed,
+        "layer.weight": torch.randn(3, 3, generator=g),
+        "layer.bias": torch.randn(3, generator=g).to(torch.bfloat16),
+        "norm.weight": torch.randn(3, generator=g).to(torch.bfloat16),
+        "head.weight": embed,  # tied to the embedding: the same storage
+        "big.weight": torch.randn(40, generator=g),
+    }
+
+
+def test_layout_keeps_order_and_sends_a_tied_tensor_once():
+    layout = wb.layout_of(state_dict())
+    assert [s.name for s in layout] == ["embed.weight", "layer.weight", "layer.bias",
+                                        "norm.weight", "big.weight"]
+    assert layout[0] == wb.TensorSpec("embed.weight", (7, 3), torch.float32,
+                                      aliases=("head.weight",))
+    assert layout[0].nbytes == 7 * 3 * 4 and layout[2].nbytes == 3 * 2
+
+
+def test_buckets_hold_one_dtype_up_to_the_byte_limit_and_big_tensors_alone():
+    layout = wb.layout_of(state_dict())
+    names = [[s.name for s in b] for b in wb.buckets(layout, bucket_bytes=120)]
+    # embed (84 B) + layer (36 B) = 120 fit; the bf16 pair shares one; big (160 B) goes alone.
+    assert names == [["embed.weight", "layer.weight"], ["layer.bias", "norm.weight"],
+                     ["big.weight"]]
+    assert len(wb.buckets(layout, bucket_bytes=1)) == len(layout)
+    with pytest.raises(ValueError, match="bucket_bytes=0 must be >= 1"):
+        wb.buckets(layout, bucket_bytes=0)
+
+
+def test_backend_errors_name_the_fix():
+    with pytest.raises(ValueError, match="one of \\('nccl', 'gloo'\\)"):
+        wb.check_backend("mpi", "cpu")
+    with pytest.raises(ValueError, match="moves weights between GPUs.*Use 'gloo'"):
+        wb.check_backend("nccl", "cpu")
+    with pytest.raises(ValueError, match="world_size=1: a broadcast needs at least one"):
+        wb.Sender("gloo", state_dict(), world_size=1, timeout_s=5)
+    with pytest.raises(ValueError, match="rank=2 must be in \\[0, world_size=2\\)"):
+        wb.join_group("gloo", host="127.0.0.1", port=1, rank=2, world_size=2, timeout_s=1)
+
+
+def test_send_before_join_is_an_error():
+    sender = wb.Sender("gloo", state_dict(), world_size=2, timeout_s=5)
+    with pytest.raises(RuntimeError, match="before join"):
+        sender.send(state_dict(), version=1)
+
+
+def _receive(address: dict, rank: int, rounds: int, queue) -> None:
+    receiver = wb.Receiver(rank=rank, device="cpu", **address)
+    for _ in range(rounds):
+        version, tensors = receiver.receive()
+        queue.put((rank, version, {name: t.clone() for name, t in tensors}))
+
+
+def test_gloo_broadcast_reaches_every_receiver_exactly_with_its_version():
+    weights = state_dict()
+    sender = wb.Sender("gloo", weights, world_size=3, timeout_s=60, bucket_bytes=64)
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_receive, args=(sender.address(), rank, 2, queue))
+             for rank in (1, 2)]
+    for p in procs:
+        p.start()
+    sender.join()
+    sender.send(weights, version=7)
+    updated = {k: v + 1 for k, v in weights.items()}
+    sender.send(updated, version=8)
+    got = [queue.get(timeout=60) for _ in range(4)]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    by_version = {}
+    for rank, version, tensors in got:
+        by_version.setdefault(version, []).append(rank)
+        expected = weights if version == 7 else updated
+        assert set(tensors) == set(weights)  # the tied head travels once, arrives under both
+        for name, tensor in tensors.items():
+            assert tensor.dtype == expected[name].dtype
+            assert torch.equal(tensor, expected[name]), name
+    assert {v: sorted(r) for v, r in by_version.items()} == {7: [1, 2], 8: [1, 2]}
+
+
+def test_a_receiver_whose_sender_never_comes_times_out():
+    sender = wb.Sender("gloo", state_dict(), world_size=2, timeout_s=2)
+    start = time.monotonic()
+    with pytest.raises(Exception):  # torch's DistBackendError / RuntimeError on timeout
+        receiver = wb.Receiver(rank=1, device="cpu", **sender.address())
+        receiver.receive()
+    assert time.monotonic() - start < 30
