@@ -129,6 +129,29 @@ class RLVRLearner(TorchLearner):
             )
         return loss
 
+    # --- weight sync by broadcast (rank 0 of the group; see rollout/weight_broadcast.py) -------
+    def open_weight_broadcast(self, *, backend: str, world_size: int, timeout_s: float,
+                              bucket_bytes: int) -> dict[str, Any]:
+        """Host a new broadcast group (closing any old one); returns what receivers join with."""
+        from rllib_llm.rollout.weight_broadcast import Sender
+
+        self._weight_sender = Sender(backend, self._policy_weights(), world_size=world_size,
+                                     timeout_s=timeout_s, bucket_bytes=bucket_bytes)
+        return self._weight_sender.address()
+
+    def join_weight_broadcast(self) -> None:
+        """Blocks until every receiver has joined the group opened by `open_weight_broadcast`."""
+        self._weight_sender.join()
+
+    def broadcast_weights(self) -> int:
+        """Send the policy's current weights to every receiver; returns their version."""
+        self._weight_sender.send(self._policy_weights(), version=self._weights_seq_no)
+        return self._weights_seq_no
+
+    def _policy_weights(self) -> dict[str, torch.Tensor]:
+        """The causal LM's state dict under its Hugging Face names (what engines load)."""
+        return self.module[DEFAULT_MODULE_ID].model.state_dict()
+
     def _log(self, module_id: str, name: str, value: torch.Tensor) -> None:
         self.metrics.log_value((module_id, name), float(value.detach()), window=1)
 

@@ -50,7 +50,8 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         super().__init__(config=config, **kwargs)
         set_torch_threads(self.config.num_torch_threads)
         self._counter = itertools.count()
-        self._weights_seq_no = 0
+        self._weights_seq_no = 0  # version of the weights the engine samples with
+        self._module_seq_no = 0  # version of the weights in self.module (what get_state returns)
         self.env = self._make_env(split=None)
         self._eval_env = None
         self.make_module()
@@ -244,6 +245,24 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
                 "response_length_mean": float(np.mean([len(e) for e in episodes])),
                 "num_problems": num_problems}
 
+    # --- weight sync by broadcast (weight_sync_backend "nccl"/"gloo"; see weight_broadcast) ----
+    def join_weight_broadcast(self, *, first_rank: int, **address) -> None:
+        """Join the learner's broadcast group; RLVR calls this while the learner joins."""
+        self.engine.join_weight_broadcast(first_rank=first_rank, **address)
+
+    def receive_weights(self) -> int:
+        """Receive one broadcast of the learner's weights into the engine; returns the version.
+
+        The torch engine samples from this runner's module, which then holds the new weights
+        too; vLLM keeps its own copy, and the module keeps the version it last received by
+        `set_state` (its `get_state` says which), rather than paying a second copy per sync.
+        """
+        version = self.engine.receive_weights()
+        self._weights_seq_no = version
+        if self._engine_shares_module:
+            self._module_seq_no = version
+        return version
+
     # --- RLlib plumbing -------------------------------------------------------------------------
     def get_spaces(self):
         spaces = (self.env.observation_space, self.env.action_space)
@@ -257,7 +276,7 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         state = {NUM_ENV_STEPS_SAMPLED_LIFETIME: self.num_env_steps_sampled_lifetime}
         if self._check_component(COMPONENT_RL_MODULE, components, not_components):
             state[COMPONENT_RL_MODULE] = self.module.get_state(inference_only=True)
-            state[WEIGHTS_SEQ_NO] = self._weights_seq_no
+            state[WEIGHTS_SEQ_NO] = self._module_seq_no
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -277,6 +296,7 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
                         self._model_weights(module_state)
                     self._engine.load_weights(weights, version=seq_no)
                 self._weights_seq_no = max(self._weights_seq_no, seq_no)
+                self._module_seq_no = seq_no
         if NUM_ENV_STEPS_SAMPLED_LIFETIME in state:
             self.num_env_steps_sampled_lifetime = state[NUM_ENV_STEPS_SAMPLED_LIFETIME]
 

@@ -52,6 +52,7 @@ class TorchRolloutEngine:
         self.max_batch_size = max_batch_size
         self._eos = torch.tensor(eos_ids, device=self.device)
         self._weight_version = 0
+        self._receiver = None  # set by join_weight_broadcast
 
     @property
     def weight_version(self) -> int:
@@ -87,15 +88,34 @@ class TorchRolloutEngine:
                 f"load_weights: state_dict keys {unknown[:5]} are not in the engine's model "
                 f"(it has e.g. {sorted(own)[:3]}); strip any wrapper prefix before syncing"
             )
+        self._copy_in(state_dict.items(), own)
+        self._weight_version = int(version)
+
+    def join_weight_broadcast(self, *, first_rank: int, **address) -> None:
+        """Join the learner's broadcast group as rank `first_rank` (see `weight_broadcast`)."""
+        from rllib_llm.rollout.weight_broadcast import Receiver
+
+        self._receiver = Receiver(rank=first_rank, device=self.device, **address)
+
+    def receive_weights(self) -> int:
+        """Receive one broadcast of the learner's weights into the model; returns its version."""
+        if self._receiver is None:
+            raise RuntimeError("receive_weights before join_weight_broadcast")
+        version, tensors = self._receiver.receive()
+        self._copy_in(tensors, self.model.state_dict())
+        self._weight_version = version
+        return version
+
+    @staticmethod
+    def _copy_in(items, own: dict[str, torch.Tensor]) -> None:
         with torch.no_grad():
-            for name, value in state_dict.items():
+            for name, value in items:
                 if own[name].shape != value.shape:
                     raise ValueError(
                         f"load_weights: {name} has shape {tuple(value.shape)}, the engine's model "
                         f"expects {tuple(own[name].shape)}"
                     )
                 own[name].copy_(value)  # casts dtype and moves device as needed
-        self._weight_version = int(version)
 
     @torch.inference_mode()
     def _generate_batch(

@@ -141,10 +141,12 @@ class VLLMRolloutEngine:
             enforce_eager=enforce_eager,
             enable_sleep_mode=enable_sleep_mode,
             disable_log_stats=True,
+            worker_extension_cls=WORKER_EXTENSION,
             **{k: v for k, v in optional.items() if v is not None},
             **llm_kwargs,
         )
         self.eos_token_ids = eos_ids
+        self.tensor_parallel_size = tensor_parallel_size
         self.enable_sleep_mode = enable_sleep_mode
         self._weight_names = checkpoint_tensor_names(model)
         self._asleep = False
@@ -194,11 +196,9 @@ class VLLMRolloutEngine:
         rejected. The KV cache of cached prompt prefixes is dropped: it holds old weights' work.
         """
         self._check_names(state_dict)
-        if self._asleep:
-            self.llm.wake_up()  # weights must be resident to be overwritten
-            self._asleep = False
+        self._wake()  # weights must be resident to be overwritten
         try:
-            self.llm.collective_rpc(_reload_weights, args=(state_dict,))
+            self.llm.collective_rpc("rllib_reload_weights", args=(state_dict,))
         except Exception as e:
             raise ValueError(
                 f"load_weights: vLLM could not load the state dict (keys e.g. "
@@ -207,6 +207,27 @@ class VLLMRolloutEngine:
             ) from e
         self.llm.reset_prefix_cache()
         self._weight_version = int(version)
+
+    def join_weight_broadcast(self, *, first_rank: int, **address) -> None:
+        """Join the learner's broadcast group: vLLM worker `i` (of `tensor_parallel_size`) as
+        rank `first_rank + i`. Each worker receives the whole model and shards it as it loads."""
+        names = [n for spec in address["layout"] for n in (spec.name, *spec.aliases)]
+        self._check_names(dict.fromkeys(names))
+        self.llm.collective_rpc("rllib_join_weight_broadcast",
+                                kwargs={"first_rank": first_rank, **address})
+
+    def receive_weights(self) -> int:
+        """Receive one broadcast of the learner's weights into every worker; returns its version.
+
+        The names were checked once, against the layout, when the engine joined the group.
+        """
+        self._wake()
+        versions = self.llm.collective_rpc("rllib_receive_weights")
+        if len(set(versions)) != 1:
+            raise RuntimeError(f"vLLM workers received different weight versions {versions}")
+        self.llm.reset_prefix_cache()
+        self._weight_version = versions[0]
+        return versions[0]
 
     # --- helpers --------------------------------------------------------------------------------
     def _check_names(self, state_dict: dict[str, torch.Tensor]) -> None:
@@ -272,6 +293,33 @@ def checkpoint_tensor_names(model: str) -> set[str] | None:
     return names
 
 
-def _reload_weights(worker, weights: dict[str, torch.Tensor]) -> None:
-    """Runs inside each vLLM worker (`collective_rpc` passes the worker as the first argument)."""
-    worker.reload_weights(weights_iterator=iter(weights.items()), is_checkpoint_format=True)
+class WeightSyncExtension:
+    """Methods vLLM mixes into each of its workers (`worker_extension_cls`), for weight sync.
+
+    `LLM.collective_rpc(name)` runs them in every worker: in this process with the default
+    in-process engine, in vLLM's worker processes with tensor parallelism on GPUs. Named
+    `rllib_*` so they cannot collide with a worker's own methods (vLLM refuses a collision).
+    """
+
+    def rllib_reload_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        self.reload_weights(weights_iterator=iter(weights.items()), is_checkpoint_format=True)
+
+    def rllib_join_weight_broadcast(self, *, first_rank: int, **address) -> None:
+        from rllib_llm.rollout.weight_broadcast import Receiver
+
+        self.rllib_receiver = Receiver(rank=first_rank + self.rank, device=self.device,
+                                       **address)
+
+    def rllib_receive_weights(self) -> int:
+        receiver = getattr(self, "rllib_receiver", None)
+        if receiver is None:
+            raise RuntimeError("rllib_receive_weights before rllib_join_weight_broadcast")
+        version, tensors = receiver.receive()
+        # One reload over the whole stream: vLLM's in-place reload rebuilds fused tensors per
+        # layer and must see every tensor in one call (see `load_weights`); the stream holds
+        # one bucket in memory at a time.
+        self.reload_weights(weights_iterator=tensors, is_checkpoint_format=True)
+        return version
+
+
+WORKER_EXTENSION = f"{WeightSyncExtension.__module__}.{WeightSyncExtension.__qualname__}"
