@@ -242,6 +242,39 @@ def test_weight_sync_is_verified_by_logprobs(engine, hf_model):
 
 
 @pytest.mark.vllm
+def test_broadcast_weight_sync_is_verified_by_logprobs(engine, hf_model):
+    """The gloo broadcast (weight_sync_backend='gloo') into vLLM's worker, in small buckets so
+    vLLM's reload sees the weights arrive as a stream."""
+    from threading import Thread
+
+    from rllib_llm.rollout.weight_broadcast import Sender
+
+    original = {k: v.clone() for k, v in hf_model.state_dict().items()}
+    torch.manual_seed(6)
+    learner = LlamaForCausalLM(hf_model.config).eval()
+    learner.load_state_dict({k: v + 0.05 * torch.randn_like(v) for k, v in original.items()})
+    sampling = SamplingParams(max_tokens=8, seed=7)
+    prompts = [LONG, [7, 8, 9]]
+    sender = Sender("gloo", learner.state_dict(), world_size=2, timeout_s=60, bucket_bytes=4096)
+    joining = Thread(target=sender.join)
+    joining.start()
+    engine.join_weight_broadcast(first_rank=1, **sender.address())
+    joining.join()
+    try:
+        assert max_logprob_error(learner, prompts, engine.generate(prompts, 2, sampling)) > 0.1
+        sending = Thread(target=sender.send, args=(learner.state_dict(), 11))
+        sending.start()
+        assert engine.receive_weights() == 11
+        sending.join()
+        assert engine.weight_version == 11
+        after = engine.generate(prompts, 2, sampling)
+        assert max_logprob_error(learner, prompts, after) < 1e-4
+        assert max_logprob_error(hf_model, prompts, after) > 0.1
+    finally:
+        engine.load_weights(original, version=0)
+
+
+@pytest.mark.vllm
 def test_load_weights_rejects_partial_or_foreign_state_dicts(engine, hf_model):
     state = hf_model.state_dict()
     with pytest.raises(ValueError, match=r"missing \[.lm_head.weight., .*\] \(of 20\)"):
@@ -306,6 +339,27 @@ def test_training_step_syncs_versions_into_episodes_and_logs_the_mismatch(ray_se
     assert versions == {1}
     algo.train()
     assert runner.engine.weight_version == 2
+    algo.stop()
+
+
+@pytest.mark.vllm
+def test_remote_vllm_runner_samples_the_broadcast_weights(ray_session):
+    """weight_sync_backend='gloo' into a vLLM engine in a remote env runner: after training,
+    the runner's log-probs are the learner's (teacher-forced), at the learner's version."""
+    embedded_model_or_skip()
+    algo = (vllm_config("topr", lr=1e-3, **TINY)
+            .env_runners(num_env_runners=1, weight_sync_backend="gloo").build_algo())
+    for _ in range(2):
+        algo.train()
+    learner = algo.learner_group._learner
+    prompts = [[5, 6, 7], LONG[:20]]
+    version, out = algo.env_runner_group.foreach_env_runner(
+        lambda r: (r.engine.weight_version,
+                   r.engine.generate(prompts, 2, SamplingParams(max_tokens=6, seed=3))),
+        local_env_runner=False)[0]
+    assert version == learner._weights_seq_no == 2
+    model = learner.module["default_policy"].model
+    assert max_logprob_error(model, prompts, out) < 1e-4
     algo.stop()
 
 

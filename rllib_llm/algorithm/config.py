@@ -68,11 +68,13 @@ class RLVRConfig(AlgorithmConfig):
         return self
 
     def env_runners(self, *, rollout_engine: str | None = None, **kwargs) -> RLVRConfig:
-        """RLlib's env_runners(), plus `rollout_engine` ('torch' or 'vllm') and the `vllm_*`
-        engine options (fields.py)."""
+        """RLlib's env_runners(), plus `rollout_engine` ('torch' or 'vllm'), the `vllm_*`
+        engine options and the `weight_sync_*` options (fields.py)."""
         if rollout_engine is not None:
             self.rollout_engine = rollout_engine
-        for key in [k for k in kwargs if k.startswith("vllm_") and k in FIELDS_BY_NAME]:
+        ours = [k for k in kwargs
+                if k.startswith(("vllm_", "weight_sync_")) and k in FIELDS_BY_NAME]
+        for key in ours:
             setattr(self, key, kwargs.pop(key))
         super().env_runners(**kwargs)
         return self
@@ -149,6 +151,15 @@ class RLVRConfig(AlgorithmConfig):
                 f"RLVRConfig.rollout_is_level={self.rollout_is_level!r} needs "
                 "recompute_old_logp=True: the weights compare the learner's recomputed old_logp "
                 "with the sampler's log-probs, which are equal without recomputation."
+            )
+        # (RLlib derives an evaluation config with its own, usually 0, env runners: not ours.)
+        if self.weight_sync_backend != "object_store" and self.num_env_runners < 1 and \
+                not self.in_evaluation:
+            raise ValueError(
+                f"RLVRConfig.weight_sync_backend={self.weight_sync_backend!r} broadcasts to "
+                "remote env runners, but num_env_runners=0 samples in the driver, where the "
+                "weights arrive by a memory copy anyway. Set num_env_runners >= 1 or "
+                "weight_sync_backend='object_store'."
             )
         if self.rollout_engine == "vllm" and self.top_p < 1 and not self.recomputes_old_logp:
             raise ValueError(

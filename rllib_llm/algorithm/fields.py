@@ -155,6 +155,22 @@ FIELDS: tuple[Field, ...] = (
           "vLLM: sleep between rollouts (level 1: weights to host RAM, KV cache freed) so a "
           "learner on the same GPU gets the memory back; woken for weight sync and sampling. "
           "CUDA only.", boolean, "rollout"),
+    Field("weight_sync_backend", "object_store",
+          "How the learner's weights reach the env runners after each update: 'object_store' "
+          "(RLlib's sync_weights: a state dict through Ray's object store; works everywhere), "
+          "'nccl' (a broadcast from learner rank 0 straight to every engine's GPU, for a learner "
+          "and engines on separate GPUs; OpenRLHF's vllm_sync_backend='nccl'), or 'gloo' (the "
+          "same broadcast over TCP, for CPU processes). The broadcasts need remote env runners "
+          "(num_env_runners >= 1); see rollout/weight_broadcast.py.",
+          one_of(("object_store", "nccl", "gloo")), "rollout"),
+    Field("weight_sync_bucket_bytes", 256 * 2**20,
+          "Broadcast weight sync: most bytes per broadcast call (tensors of one dtype are packed "
+          "together up to this size; a larger tensor goes alone). Bounds the extra memory each "
+          "receiver needs during a sync.", positive_int, "rollout"),
+    Field("weight_sync_timeout_s", 300.0,
+          "Broadcast weight sync: seconds to wait for every process to join the group or finish "
+          "a broadcast before failing; a failed broadcast falls back to 'object_store' for that "
+          "sync and the group is rebuilt.", positive, "rollout"),
     Field("recompute_old_logp", None,
           "Recompute old_logp with the learner's model before the first epoch, keeping the "
           "sampler's log-probs as rollout_logp (logged: rollout_kl_k1/k3). None = True with "

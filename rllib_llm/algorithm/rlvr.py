@@ -23,6 +23,15 @@ class RLVR(Algorithm):
 
         return RLVRConfig(cls)
 
+    def setup(self, config) -> None:
+        super().setup(config)
+        self._weight_broadcast = None
+        if config.weight_sync_backend != "object_store":
+            from rllib_llm.algorithm.weight_sync import BroadcastWeightSync
+
+            self._weight_broadcast = BroadcastWeightSync(config, self.learner_group,
+                                                         self.env_runner_group)
+
     def training_step(self) -> None:
         cfg = self.config
         with self.metrics.log_time((TIMERS, SAMPLE_TIMER), reduce="mean", window=1):
@@ -41,9 +50,33 @@ class RLVR(Algorithm):
         self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
 
         with self.metrics.log_time((TIMERS, SYNC_TIMER), reduce="mean", window=1):
-            self.env_runner_group.sync_weights(
-                from_worker_or_learner_group=self.learner_group, inference_only=True
+            self._sync_weights()
+
+    def _sync_weights(self) -> None:
+        """Learner -> env runners: a broadcast when configured and possible, else RLlib's
+        object-store sync (which also updates the driver's env runner)."""
+        broadcast = self._weight_broadcast
+        if broadcast is not None and broadcast.sync():
+            return
+        self.env_runner_group.sync_weights(
+            from_worker_or_learner_group=self.learner_group, inference_only=True
+        )
+        if broadcast is not None:
+            broadcast.mark_local_env_runner_fresh()
+
+    def restore_env_runners(self, env_runner_group) -> list[int]:
+        """RLlib restores a runner with the driver's runner's weights, which a broadcast leaves
+        behind: send restored runners the learner's, and rebuild the group with them."""
+        restored = super().restore_env_runners(env_runner_group)
+        if restored and self._weight_broadcast is not None and \
+                env_runner_group is self.env_runner_group:
+            env_runner_group.sync_weights(
+                from_worker_or_learner_group=self.learner_group, to_worker_indices=restored,
+                inference_only=True, timeout_seconds=self.config.weight_sync_timeout_s,
             )
+            self._weight_broadcast.mark_local_env_runner_fresh()
+            self._weight_broadcast.invalidate()
+        return restored
 
     def _sample(self):
         """Episodes and metrics from every env runner (the local one when there are none)."""
@@ -69,6 +102,8 @@ class RLVR(Algorithm):
             seed=seed,
         )
         if group.local_env_runner is not None:
+            if self._weight_broadcast is not None:
+                self._weight_broadcast.refresh_local_env_runner()
             return group.local_env_runner.evaluate(**kwargs)
         return group.foreach_env_runner(
             lambda r: r.evaluate(**kwargs), remote_worker_ids=[1], local_env_runner=False
