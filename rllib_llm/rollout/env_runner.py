@@ -37,6 +37,10 @@ GENERATE_S = "time_generate_s"
 VERIFY_S = "time_verify_s"
 GENERATE_TOKENS_PER_S = "generate_tokens_per_s"
 WEIGHT_VERSION_METRIC = "weight_version"
+# Seconds the last weight sync took inside this runner (loading a state dict from the object
+# store, or receiving a broadcast). RLlib's object-store sync does not wait for it, so the
+# driver's weight_sync timer leaves it out; it then delays the next sample instead.
+WEIGHT_LOAD_S = "time_weight_load_s"
 
 
 class RLVREnvRunner(EnvRunner, Checkpointable):
@@ -257,7 +261,9 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         too; vLLM keeps its own copy, and the module keeps the version it last received by
         `set_state` (its `get_state` says which), rather than paying a second copy per sync.
         """
+        start = time.perf_counter()
         version = self.engine.receive_weights()
+        self.metrics.log_value(WEIGHT_LOAD_S, time.perf_counter() - start, window=1)
         self._weights_seq_no = version
         if self._engine_shares_module:
             self._module_seq_no = version
@@ -284,6 +290,7 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         if COMPONENT_RL_MODULE in state:
             seq_no = state.get(WEIGHTS_SEQ_NO, 0)
             if seq_no == 0 or seq_no > self._weights_seq_no:
+                start = time.perf_counter()
                 module_state = state[COMPONENT_RL_MODULE]
                 if isinstance(module_state, ray.ObjectRef):  # remote runners get a reference
                     module_state = ray.get(module_state)
@@ -297,6 +304,7 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
                     self._engine.load_weights(weights, version=seq_no)
                 self._weights_seq_no = max(self._weights_seq_no, seq_no)
                 self._module_seq_no = seq_no
+                self.metrics.log_value(WEIGHT_LOAD_S, time.perf_counter() - start, window=1)
         if NUM_ENV_STEPS_SAMPLED_LIFETIME in state:
             self.num_env_steps_sampled_lifetime = state[NUM_ENV_STEPS_SAMPLED_LIFETIME]
 
