@@ -160,8 +160,9 @@ FIELDS: tuple[Field, ...] = (
           "(RLlib's sync_weights: a state dict through Ray's object store; works everywhere), "
           "'nccl' (a broadcast from learner rank 0 straight to every engine's GPU, for a learner "
           "and engines on separate GPUs; OpenRLHF's vllm_sync_backend='nccl'), or 'gloo' (the "
-          "same broadcast over TCP, for CPU processes). The broadcasts need remote env runners "
-          "(num_env_runners >= 1); see rollout/weight_broadcast.py.",
+          "same broadcast over TCP, for CPU processes; on one machine the object store's shared "
+          "memory is faster: 0.19 s against 1.0 s for a 135M model). The broadcasts need remote "
+          "env runners (num_env_runners >= 1); see rollout/weight_broadcast.py.",
           one_of(("object_store", "nccl", "gloo")), "rollout"),
     Field("weight_sync_bucket_bytes", 256 * 2**20,
           "Broadcast weight sync: most bytes per broadcast call (tensors of one dtype are packed "
