@@ -113,6 +113,16 @@ def test_max_batch_size_chunks_give_the_same_greedy_result(model):
     assert [[r.token_ids for r in g] for g in got] == [[r.token_ids for r in g] for g in whole]
 
 
+def test_batches_keep_groups_whole_and_split_only_groups_larger_than_a_batch():
+    from rllib_llm.rollout.torch_engine import _batches
+
+    assert _batches(3, 2, 6) == [[(0, 2), (1, 2), (2, 2)]]
+    assert _batches(3, 2, 4) == [[(0, 2), (1, 2)], [(2, 2)]]
+    assert _batches(2, 2, 3) == [[(0, 2), (1, 1)], [(1, 1)]]
+    assert _batches(1, 5, 2) == [[(0, 2)], [(0, 2)], [(0, 1)]]
+    assert _batches(0, 4, 8) == []
+
+
 class ScriptedLM(nn.Module):
     """A fake causal LM whose greedy choice at position p is `script[p]`, whatever the input.
 

@@ -66,15 +66,14 @@ class TorchRolloutEngine:
         generator = None
         if sampling.seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(sampling.seed)
-        # Row r of the decode batch is sample r % n of prompt r // n.
-        rows = [list(p) for p in prompt_ids for _ in range(n)]
-        step = self.max_batch_size or max(len(rows), 1)
+        step = self.max_batch_size or max(len(prompt_ids) * n, 1)
         flat: list[Response] = []
         was_training = self.model.training
         self.model.eval()  # dropout off: the log-probs must be those of the deterministic policy
         try:
-            for start in range(0, len(rows), step):
-                flat += self._generate_batch(rows[start : start + step], sampling, generator)
+            for batch in _batches(len(prompt_ids), n, step):
+                flat += self._generate_batch([list(prompt_ids[i]) for i, _ in batch],
+                                             [count for _, count in batch], sampling, generator)
         finally:
             self.model.train(was_training)
         return [flat[i * n : (i + 1) * n] for i in range(len(prompt_ids))]
@@ -119,13 +118,16 @@ class TorchRolloutEngine:
 
     @torch.inference_mode()
     def _generate_batch(
-        self, rows: list[list[int]], sampling: SamplingParams, generator: torch.Generator | None
+        self, prompts: list[list[int]], counts: list[int], sampling: SamplingParams,
+        generator: torch.Generator | None,
     ) -> list[Response]:
-        input_ids, attention_mask = left_pad(rows, self.pad_token_id, self.device)  # (B, L)
-        B, T_max = input_ids.shape[0], sampling.max_tokens
+        """`counts[i]` samples of `prompts[i]`, as consecutive rows: each prompt is prefilled
+        once and its KV cache copied to its samples (a group of n shares one prefill)."""
+        input_ids, attention_mask = left_pad(prompts, self.pad_token_id, self.device)  # (P, L)
+        T_max = sampling.max_tokens
         # Positions count real tokens only, so a left-padded prompt sees the same RoPE positions
         # as it would alone (this is what makes batched log-probs match a teacher-forced pass).
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # (B, L)
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # (P, L)
         cache = DynamicCache(config=self.model.config)
         logits = self.model(
             input_ids=input_ids,
@@ -134,7 +136,13 @@ class TorchRolloutEngine:
             past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
-        ).logits[:, -1]  # (B, V)
+        ).logits[:, -1]  # (P, V)
+        rows = torch.repeat_interleave(torch.arange(len(prompts), device=self.device),
+                                       torch.tensor(counts, device=self.device))  # (B,)
+        cache.batch_select_indices(rows)
+        logits, attention_mask, position_ids = logits[rows], attention_mask[rows], \
+            position_ids[rows]  # (B, V), (B, L), (B, L)
+        B = rows.shape[0]
         next_pos = position_ids[:, -1:] + 1  # (B, 1)
         tokens = torch.empty(B, T_max, dtype=torch.long, device=self.device)
         logps = torch.empty(B, T_max, dtype=torch.float32, device=self.device)
@@ -157,6 +165,24 @@ class TorchRolloutEngine:
             ).logits[:, -1]  # (B, V)
             next_pos = next_pos + 1
         return _to_responses(tokens[:, : t + 1], logps[:, : t + 1], self.eos_token_ids)
+
+
+def _batches(num_prompts: int, n: int, step: int) -> list[list[tuple[int, int]]]:
+    """Decode batches of at most `step` rows, as `(prompt index, number of samples)` pairs in
+    prompt order; a group larger than `step` is split over batches."""
+    batches: list[list[tuple[int, int]]] = [[]]
+    size = 0
+    for i in range(num_prompts):
+        remaining = n
+        while remaining:
+            if size == step:
+                batches.append([])
+                size = 0
+            count = min(remaining, step - size)
+            batches[-1].append((i, count))
+            size += count
+            remaining -= count
+    return [b for b in batches if b]
 
 
 def left_pad(
