@@ -5,6 +5,10 @@ those of `logits / temperature` before top-p (generate's scores are after its wa
 must draw from a per-call `torch.Generator` (generate uses the global RNG); and the loop does less
 per step than generate's stack of processors, so it is no slower: on the embedded model, 8 prompts
 x 8 samples x 8 tokens, 1 CPU thread, it took 0.88-0.93x the time of `model.generate`.
+
+The n samples of a prompt share one prefill: the prompt is run once and its KV cache copied to
+its samples (as vLLM does), 2x faster than prefilling every row for short responses (8 prompts x
+4 samples x 8 tokens, SmolLM2-135M and the embedded model alike).
 """
 
 from __future__ import annotations
