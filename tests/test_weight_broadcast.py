@@ -51,13 +51,13 @@ def test_backend_errors_name_the_fix():
     with pytest.raises(ValueError, match="moves weights between GPUs.*Use 'gloo'"):
         wb.check_backend("nccl", "cpu")
     with pytest.raises(ValueError, match="world_size=1: a broadcast needs at least one"):
-        wb.Sender("gloo", state_dict(), world_size=1, timeout_s=5)
+        wb.Sender("gloo", state_dict(), world_size=1, timeout_s=5, bucket_bytes=64)
     with pytest.raises(ValueError, match="rank=2 must be in \\[0, world_size=2\\)"):
         wb.join_group("gloo", host="127.0.0.1", port=1, rank=2, world_size=2, timeout_s=1)
 
 
 def test_send_before_join_is_an_error():
-    sender = wb.Sender("gloo", state_dict(), world_size=2, timeout_s=5)
+    sender = wb.Sender("gloo", state_dict(), world_size=2, timeout_s=5, bucket_bytes=64)
     with pytest.raises(RuntimeError, match="before join"):
         sender.send(state_dict(), version=1)
 
@@ -98,7 +98,7 @@ def test_gloo_broadcast_reaches_every_receiver_exactly_with_its_version():
 
 
 def test_a_receiver_whose_sender_never_comes_times_out():
-    sender = wb.Sender("gloo", state_dict(), world_size=2, timeout_s=2)
+    sender = wb.Sender("gloo", state_dict(), world_size=2, timeout_s=2, bucket_bytes=64)
     start = time.monotonic()
     with pytest.raises(Exception):  # torch's DistBackendError / RuntimeError on timeout
         receiver = wb.Receiver(rank=1, device="cpu", **sender.address())

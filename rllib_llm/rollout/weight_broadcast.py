@@ -1,11 +1,11 @@
 """Weight sync by collective broadcast: the learner (rank 0) sends, every engine process receives.
 
 RLlib's default sync (`weight_sync_backend="object_store"`) ships a state dict through Ray's
-object store: the learner copies its weights to host memory and pickles them, and each env runner
-fetches and unpickles its own copy. With engines on GPUs that is two trips through host memory,
-and across nodes the weights cross the network once per runner. A broadcast moves them straight
-from the learner's device to every engine's device: NCCL between GPUs (what verl, OpenRLHF and
-TRL do), gloo over TCP between CPU processes, which runs the same code in the tests.
+object store: the learner copies its weights to host memory and serialises them, and each env
+runner fetches and deserialises its own copy. With engines on GPUs that is two trips through
+host memory, and across nodes the weights cross the network once per runner. A broadcast moves
+them straight from the learner's device to every engine's device: NCCL between GPUs (what verl,
+OpenRLHF and TRL do), gloo over TCP between CPU processes, which runs the same code in the tests.
 
 The group is built from a `TCPStore` the learner hosts and never touches torch.distributed's
 default group, so it lives beside the learner's own (DDP) group and vLLM's tensor-parallel one.
@@ -13,7 +13,7 @@ default group, so it lives beside the learner's own (DDP) group and vLLM's tenso
 Protocol, per sync: a header (the weight version, int64) and then the weights in buckets: flat
 buffers of one dtype, at most `bucket_bytes` each (a larger tensor travels alone), in the order of
 a `layout` both sides agreed on when the group was built. Receivers get the weights as a stream of
-`(name, tensor)` pairs, one bucket in memory at a time, to load as they arrive; the version comes
+`(name, tensor)` pairs, bucket by bucket, to load as they arrive; the version comes
 with the weights, so a runner can never label new weights with an old version or vice versa.
 """
 
@@ -28,7 +28,6 @@ import torch
 import torch.distributed as dist
 
 BACKENDS = ("nccl", "gloo")
-DEFAULT_BUCKET_BYTES = 256 * 2**20
 
 
 @dataclass(frozen=True)
@@ -137,7 +136,7 @@ class Sender:
     """
 
     def __init__(self, backend: str, state_dict: dict[str, torch.Tensor], *, world_size: int,
-                 timeout_s: float, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> None:
+                 timeout_s: float, bucket_bytes: int) -> None:
         if world_size < 2:
             raise ValueError(f"world_size={world_size}: a broadcast needs at least one receiver")
         first = next(iter(state_dict.values()))
