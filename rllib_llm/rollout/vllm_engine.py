@@ -146,7 +146,6 @@ class VLLMRolloutEngine:
             **llm_kwargs,
         )
         self.eos_token_ids = eos_ids
-        self.tensor_parallel_size = tensor_parallel_size
         self.enable_sleep_mode = enable_sleep_mode
         self._weight_names = checkpoint_tensor_names(model)
         self._asleep = False
