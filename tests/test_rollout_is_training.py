@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 
 import pytest
-import ray
 import torch
 from transformers import LlamaForCausalLM
 
@@ -18,11 +17,7 @@ from rllib_llm.models.tiny_llama import tiny_llama_config
 TINY = dict(rollout_batch_size=2, num_return_sequences_in_group=2, response_length=4)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def ray_session():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-    yield
-    ray.shutdown()
+pytestmark = pytest.mark.usefixtures("ray_session")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

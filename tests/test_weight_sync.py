@@ -15,11 +15,7 @@ from rllib_llm.demo import embedded_config
 TINY = dict(rollout_batch_size=2, num_return_sequences_in_group=2, response_length=4)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def ray_session():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-    yield
-    ray.shutdown()
+pytestmark = pytest.mark.usefixtures("ray_session")  # tests/conftest.py
 
 
 def broadcast_config(**overrides):
