@@ -132,7 +132,7 @@ class RLVRLearner(TorchLearner):
     # --- weight sync by broadcast (rank 0 of the group; see rollout/weight_broadcast.py) -------
     def open_weight_broadcast(self, *, backend: str, world_size: int, timeout_s: float,
                               bucket_bytes: int) -> dict[str, Any]:
-        """Host a new broadcast group (closing any old one); returns what receivers join with."""
+        """Host a new broadcast group (replacing any old one); returns what receivers join with."""
         from rllib_llm.rollout.weight_broadcast import Sender
 
         self._weight_sender = Sender(backend, self._policy_weights(), world_size=world_size,

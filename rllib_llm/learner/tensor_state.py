@@ -23,9 +23,9 @@ class TensorState(dict):
     """
 
     def __reduce__(self):
-        names = list(self)
-        values = [_to_bytes(v) if isinstance(v, torch.Tensor) else v for v in self.values()]
-        return _rebuild, (names, values)
+        is_tensor = [isinstance(v, torch.Tensor) for v in self.values()]
+        values = [_to_bytes(v) if t else v for v, t in zip(self.values(), is_tensor, strict=True)]
+        return _rebuild, (list(self), is_tensor, values)
 
 
 def _to_bytes(tensor: torch.Tensor) -> tuple[np.ndarray, str, tuple[int, ...]]:
@@ -33,9 +33,9 @@ def _to_bytes(tensor: torch.Tensor) -> tuple[np.ndarray, str, tuple[int, ...]]:
     return flat.view(torch.uint8).numpy(), str(tensor.dtype), tuple(tensor.shape)
 
 
-def _rebuild(names: list[str], values: list[Any]) -> dict[str, Any]:
-    return {name: _from_bytes(*v) if isinstance(v, tuple) and len(v) == 3 and
-            isinstance(v[0], np.ndarray) else v for name, v in zip(names, values, strict=True)}
+def _rebuild(names: list[str], is_tensor: list[bool], values: list[Any]) -> dict[str, Any]:
+    return {name: _from_bytes(*v) if t else v
+            for name, t, v in zip(names, is_tensor, values, strict=True)}
 
 
 def _from_bytes(raw: np.ndarray, dtype: str, shape: tuple[int, ...]) -> torch.Tensor:
