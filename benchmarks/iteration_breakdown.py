@@ -63,7 +63,7 @@ def main() -> None:
 
     import ray
 
-    from rllib_llm.demo import embedded_config
+    from rllib_llm.presets import embedded_config
     from rllib_llm.learner.packing import episode_tokens, pack
     from rllib_llm.rollout.engine import SamplingParams
 

@@ -10,7 +10,7 @@ import pytest
 import ray
 import torch
 
-from rllib_llm.demo import embedded_config
+from rllib_llm.presets import embedded_config
 
 VARIANTS = ["vanilla", "ppo", "tis", "topr", "cispo", "kimi15", "gspo"]
 TINY = dict(rollout_batch_size=2, num_return_sequences_in_group=2, response_length=4)

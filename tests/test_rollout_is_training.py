@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
-from rllib_llm.demo import embedded_config
+from rllib_llm.presets import embedded_config
 from rllib_llm.models import load_tokenizer
 from rllib_llm.models.tiny_llama import tiny_llama_config
 

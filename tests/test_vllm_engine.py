@@ -317,7 +317,7 @@ def embedded_model_or_skip() -> None:
 
 
 def vllm_config(variant: str, **overrides):
-    from rllib_llm.demo import embedded_config
+    from rllib_llm.presets import embedded_config
 
     return embedded_config(variant, **overrides).env_runners(rollout_engine="vllm")
 
