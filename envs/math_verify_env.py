@@ -228,6 +228,16 @@ class MathVerifyEnv(gymnasium.Env):
         """
         return self._counters.as_dict()
 
+    def order_state(self) -> dict[str, Any]:
+        """Where `reset()` stands in its seeded walk over the data set (for checkpoints)."""
+        return {"rng": self._order_rng.getstate(), "order": list(self._order),
+                "position": self._order_pos}
+
+    def set_order_state(self, state: Mapping[str, Any]) -> None:
+        """Continue the walk from `order_state()`'s result: the same problems follow."""
+        self._order_rng.setstate(state["rng"])
+        self._order, self._order_pos = list(state["order"]), state["position"]
+
     # --- internals ------------------------------------------------------------------------------
     def _chosen_index(self, options: Mapping[str, Any] | None) -> int:
         if options:

@@ -33,7 +33,6 @@ class RLVR(Algorithm):
                                                          self.env_runner_group)
 
     def training_step(self) -> None:
-        cfg = self.config
         with self.metrics.log_time((TIMERS, SAMPLE_TIMER), reduce="mean", window=1):
             episodes, runner_metrics = self._sample()
         self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
@@ -43,9 +42,11 @@ class RLVR(Algorithm):
                 episodes=episodes,
                 timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
                     (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)},
-                num_epochs=cfg.ppo_epochs,
-                minibatch_size=cfg.mini_batch_size,
-                shuffle_batch_per_epoch=False,  # keep prompt groups together
+                # The whole batch in one call: RLVRLearner runs the ppo_epochs x mini-batch
+                # optimizer steps itself, counting responses and keeping prompt groups whole
+                # (RLlib's iterator counts env steps, which are tokens here).
+                num_epochs=1,
+                minibatch_size=None,
             )
         self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
 

@@ -37,7 +37,7 @@ from rllib_llm.core.kl import (
     kl_full,
     register_kl_estimator,
 )
-from rllib_llm.core.lm_losses import positive_nll_loss
+from rllib_llm.core.lm_losses import positive_nll_loss, roll_topr_terms
 from rllib_llm.core.masked import masked_mean, masked_sum, masked_var
 from rllib_llm.core.names import NameKind, registered_names
 from rllib_llm.core.normalisation import (
@@ -61,7 +61,6 @@ from rllib_llm.core.pipeline import (
     token_level_rewards,
 )
 from rllib_llm.core.policy_losses import (
-    PARAM_ALIASES,
     PG_VARIANT_REGISTRY,
     PG_VARIANTS,
     TOPR_RATIO_LEVELS,
@@ -69,7 +68,6 @@ from rllib_llm.core.policy_losses import (
     pg_variant_params,
     policy_loss,
     register_pg_variant,
-    resolve_aliases,
 )
 from rllib_llm.core.registry import Registry
 from rllib_llm.core.rollout_correction import (
@@ -91,7 +89,6 @@ __all__ = [
     "KL_KINDS",
     "KL_PENALTIES",
     "NORM_TYPES",
-    "PARAM_ALIASES",
     "PG_VARIANTS",
     "PG_VARIANT_REGISTRY",
     "ROLLOUT_IS_LEVELS",
@@ -130,13 +127,13 @@ __all__ = [
     "pg_variant_params",
     "policy_loss",
     "positive_nll_loss",
+    "roll_topr_terms",
     "process_scores",
     "register_adv_estimator",
     "register_group_estimator",
     "register_kl_estimator",
     "register_pg_variant",
     "registered_names",
-    "resolve_aliases",
     "reward_norm",
     "rollout_is_weights",
     "rollout_mismatch_kl",

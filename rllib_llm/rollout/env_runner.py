@@ -21,6 +21,7 @@ from ray.rllib.env import INPUT_ENV_SINGLE_SPACES, INPUT_ENV_SPACES
 from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.utils.checkpoints import Checkpointable
+from ray.rllib.utils.framework import get_device
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_NO
 
 from rllib_llm.envs.math_verify_env import VERIFIER_INFO
@@ -37,6 +38,8 @@ GENERATE_S = "time_generate_s"
 VERIFY_S = "time_verify_s"
 GENERATE_TOKENS_PER_S = "generate_tokens_per_s"
 WEIGHT_VERSION_METRIC = "weight_version"
+# This runner's part of a checkpoint that RLlib's EnvRunner state leaves out.
+SAMPLER_STATE = "rlvr_sampler"
 # Seconds the last weight sync took inside this runner (loading a state dict from the object
 # store, or receiving a broadcast). RLlib's object-store sync does not wait for it, so the
 # driver's weight_sync timer leaves it out; it then delays the next sample instead.
@@ -54,6 +57,7 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         super().__init__(config=config, **kwargs)
         set_torch_threads(self.config.num_torch_threads)
         self._counter = itertools.count()
+        self._sample_calls = 0  # training sample() calls so far: they seed the sampler
         self._weights_seq_no = 0  # version of the weights the engine samples with
         self._module_seq_no = 0  # version of the weights in self.module (what get_state returns)
         self.env = self._make_env(split=None)
@@ -89,7 +93,7 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         env_config = dict(cfg.env_config)
         env_config.update(
             model=cfg.model_name_or_path,
-            prompt_length=cfg.prompt_length,
+            prompt_length=cfg.resolved_prompt_length,
             response_length=cfg.response_length,
             seed=(cfg.seed or 0) + (self.worker_index or 0),
         )
@@ -119,6 +123,10 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
     def make_module(self) -> None:
         spec = self.config.get_rl_module_spec(spaces=self.get_spaces(), inference_only=True)
         self.module = spec.build()
+        # The torch engine samples from this module: put it on the runner's GPU when the config
+        # gives runners one (RLlib's rule, as its own env runners place their modules).
+        self._device = get_device(self.config, self.config.num_gpus_per_env_runner)
+        self.module.to(self._device)
 
     def _make_engine(self):
         cfg, tok = self.config, self.env.tokenizer
@@ -144,11 +152,22 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
             self.module.model, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
         )
 
-    def _sampling(self, temperature: float | None = None) -> SamplingParams:
+    def _sampling(self) -> SamplingParams:
+        """The sampling parameters of the next training `sample()` call.
+
+        Each call gets its own seed, mixed from the config's seed, this runner's index and the
+        number of calls so far: two runners never draw with the same seed, and a run resumed
+        from a checkpoint (which holds the call count) draws what the uninterrupted run would.
+        """
         cfg = self.config
-        seed = None if cfg.seed is None else cfg.seed * 1000 + next(self._counter)
+        seed = None
+        if cfg.seed is not None:
+            mix = np.random.SeedSequence([cfg.seed, self.worker_index or 0, self._sample_calls])
+            seed = int(mix.generate_state(1)[0])
+        self._sample_calls += 1
+        self.last_sample_seed = seed
         return SamplingParams(
-            temperature=cfg.temperature if temperature is None else temperature,
+            temperature=cfg.temperature,
             top_p=cfg.top_p,
             max_tokens=cfg.response_length,
             seed=seed,
@@ -279,7 +298,8 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         return self.metrics.reduce()
 
     def get_state(self, components=None, *, not_components=None, **kwargs) -> dict[str, Any]:
-        state = {NUM_ENV_STEPS_SAMPLED_LIFETIME: self.num_env_steps_sampled_lifetime}
+        state = {NUM_ENV_STEPS_SAMPLED_LIFETIME: self.num_env_steps_sampled_lifetime,
+                 SAMPLER_STATE: self._sampler_state()}
         if self._check_component(COMPONENT_RL_MODULE, components, not_components):
             state[COMPONENT_RL_MODULE] = self.module.get_state(inference_only=True)
             state[WEIGHTS_SEQ_NO] = self._module_seq_no
@@ -307,6 +327,21 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
                 self.metrics.log_value(WEIGHT_LOAD_S, time.perf_counter() - start, window=1)
         if NUM_ENV_STEPS_SAMPLED_LIFETIME in state:
             self.num_env_steps_sampled_lifetime = state[NUM_ENV_STEPS_SAMPLED_LIFETIME]
+        if SAMPLER_STATE in state:
+            self._set_sampler_state(state[SAMPLER_STATE])
+
+    def _sampler_state(self) -> dict[str, Any]:
+        """What decides the next samples besides the weights: the env's data order, the count
+        of sample calls (the sampler's seeds) and of groups (their ids)."""
+        groups = next(self._counter)
+        self._counter = itertools.count(groups)  # reading a count advances it: put it back
+        return {"data_order": self.env.order_state(), "sample_calls": self._sample_calls,
+                "groups": groups}
+
+    def _set_sampler_state(self, state: dict[str, Any]) -> None:
+        self.env.set_order_state(state["data_order"])
+        self._sample_calls = state["sample_calls"]
+        self._counter = itertools.count(state["groups"])
 
     def get_ctor_args_and_kwargs(self):
         return (), {"config": self.config}
