@@ -18,9 +18,9 @@ import inspect
 import math
 from typing import Any
 
+from ray._common.deprecation import DEPRECATED_VALUE
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
-from ray._common.deprecation import DEPRECATED_VALUE
 
 from rllib_llm.algorithm.fields import ALIASES, FIELDS, FIELDS_BY_NAME, check_field
 

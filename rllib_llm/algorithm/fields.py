@@ -7,8 +7,8 @@ settings reference and the CLI's `--help`. Names and defaults follow ROLL's PPO-
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
