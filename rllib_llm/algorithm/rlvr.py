@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from ray.rllib.algorithms.algorithm import Algorithm
+
+from rllib_llm.rollout.env_runner import SAMPLER_STATE
 from ray.rllib.utils.metrics import (
     ENV_RUNNER_RESULTS,
     LEARNER_RESULTS,
     NUM_ENV_STEPS_SAMPLED_LIFETIME,
     TIMERS,
 )
+
+# Our part of the algorithm's checkpoint: each remote env runner's sampler state (RLlib saves
+# only the driver's env runner, which does not sample when there are remote ones).
+REMOTE_SAMPLERS = "rlvr_remote_samplers"
 
 # Timer names (under timers/ in the results): the phases of one iteration.
 SAMPLE_TIMER = "sample"  # generate + verify (split further in env_runners/time_*_s)
@@ -78,6 +84,30 @@ class RLVR(Algorithm):
             self._weight_broadcast.mark_local_env_runner_fresh()
             self._weight_broadcast.invalidate()
         return restored
+
+    # --- checkpoints ------------------------------------------------------------------------------
+    def get_state(self, components=None, *, not_components=None, **kwargs):
+        state = super().get_state(components, not_components=not_components, **kwargs)
+        group = self.env_runner_group
+        if group is not None and group.num_remote_env_runners() > 0:
+            states = group.foreach_env_runner(
+                lambda r: (r.worker_index, r.get_state(components=SAMPLER_STATE)),
+                local_env_runner=False)
+            state[REMOTE_SAMPLERS] = {index: s[SAMPLER_STATE] for index, s in states}
+        return state
+
+    def set_state(self, state) -> None:
+        """RLlib's restore, plus each remote runner's sampler state; then every runner gets
+        the restored weights with their version (RLlib's sync skips runners whose version
+        looks newer)."""
+        super().set_state(state)
+        samplers = state.get(REMOTE_SAMPLERS)
+        group = self.env_runner_group
+        if samplers and group is not None:
+            group.foreach_env_runner(
+                lambda r: r.set_state({SAMPLER_STATE: samplers[r.worker_index]})
+                if r.worker_index in samplers else None,
+                local_env_runner=False)
 
     def _sample(self):
         """Episodes and metrics from every env runner (the local one when there are none)."""

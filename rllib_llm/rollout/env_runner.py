@@ -38,6 +38,7 @@ GENERATE_S = "time_generate_s"
 VERIFY_S = "time_verify_s"
 GENERATE_TOKENS_PER_S = "generate_tokens_per_s"
 WEIGHT_VERSION_METRIC = "weight_version"
+NUM_DROPPED_PROMPTS = "num_dropped_prompts"
 # This runner's part of a checkpoint that RLlib's EnvRunner state leaves out.
 SAMPLER_STATE = "rlvr_sampler"
 # Seconds the last weight sync took inside this runner (loading a state dict from the object
@@ -295,6 +296,8 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
                 DEFAULT_MODULE_ID: spaces}
 
     def get_metrics(self):
+        # Problems the env dropped for prompts over prompt_length (fixed per data set).
+        self.metrics.log_value(NUM_DROPPED_PROMPTS, self.env.num_dropped_prompts, window=1)
         return self.metrics.reduce()
 
     def get_state(self, components=None, *, not_components=None, **kwargs) -> dict[str, Any]:
