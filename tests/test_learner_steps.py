@@ -202,3 +202,21 @@ def _packed_batch(algo) -> dict[str, torch.Tensor]:
     runner = algo.env_runner_group.local_env_runner
     items = [episode_tokens(e) for e in runner.sample()]
     return pack(items, runner.env.tokenizer.pad_token_id)
+
+
+def test_env_runner_places_module_and_engine_on_the_device_rllib_assigns(monkeypatch):
+    from rllib_llm.rollout import env_runner
+
+    asked = []
+
+    def fake_get_device(config, num_gpus_requested=1):
+        asked.append(num_gpus_requested)
+        return torch.device("cpu")  # the only device here; the call's argument is what counts
+
+    monkeypatch.setattr(env_runner, "get_device", fake_get_device)
+    algo = embedded_config("ppo", **SMALL).env_runners(num_gpus_per_env_runner=0).build_algo()
+    runner = algo.env_runner_group.local_env_runner
+    assert asked and asked[-1] == 0  # the runner asked for its configured GPUs
+    assert runner.engine.device == runner._device == torch.device("cpu")
+    assert next(runner.module.parameters()).device == runner._device
+    algo.stop()

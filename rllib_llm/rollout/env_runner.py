@@ -150,7 +150,8 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         from rllib_llm.rollout.torch_engine import TorchRolloutEngine
 
         return TorchRolloutEngine(
-            self.module.model, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
+            self.module.model, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+            device=self._device,
         )
 
     def _sampling(self) -> SamplingParams:
