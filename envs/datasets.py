@@ -17,6 +17,8 @@ becomes the text after its last `####` ("72"), which is what the verifier compar
 from __future__ import annotations
 
 import json
+import math
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -148,7 +150,10 @@ def _answer_text(answer: Any, index: int, answer_key: str, source: str) -> str:
             f"record {index} of {source}: {answer_key}={answer!r} must be a string or a number; "
             "fix or drop that record"
         )
-    text = str(answer)
+    if isinstance(answer, float):
+        text = _float_text(answer, index, answer_key, source)
+    else:
+        text = str(answer)
     if _HASH in text:
         # GSM8K: a worked solution whose final answer follows "####".
         text = text.rsplit(_HASH, 1)[1]
@@ -159,3 +164,20 @@ def _answer_text(answer: Any, index: int, answer_key: str, source: str) -> str:
             "that record"
         )
     return text
+
+
+def _float_text(answer: float, index: int, answer_key: str, source: str) -> str:
+    """A float as a decimal a model could write: 1e-05 -> "0.00001", 1e+20 -> "1000...0".
+
+    `str()` would give "1e-05", which math-verify reads as 1*e - 5 (Euler's e), so no answer could
+    match it. `repr` is the shortest text that reads back as the same float (0.1, not
+    0.1000000000000000055...); `Decimal` writes it out without an exponent.
+    """
+    if not math.isfinite(answer):
+        raise ValueError(
+            f"record {index} of {source}: {answer_key}={answer!r} must be a finite number; fix or "
+            "drop that record"
+        )
+    if answer.is_integer():
+        return str(int(answer))  # 72.0 -> "72"
+    return format(Decimal(repr(answer)), "f")

@@ -56,6 +56,22 @@ def test_numeric_answers_become_strings(tmp_path):
     assert [p["answer"] for p in load_problems(path)] == ["2", "0.5"]
 
 
+def test_float_answers_become_decimals_a_model_could_write(tmp_path):
+    # JSON numbers arrive as floats; str() would turn 1e-05 into "1e-05", which no answer matches.
+    floats = [1e-05, 1e20, 0.1, 72.0, 2.5e-07, -3e-3, 123456.789, 1.5e16]
+    path = write_jsonl(tmp_path / "f.jsonl", [{"prompt": "x", "answer": f} for f in floats])
+    assert [p["answer"] for p in load_problems(path)] == [
+        "0.00001",
+        "100000000000000000000",
+        "0.1",
+        "72",
+        "0.00000025",
+        "-0.003",
+        "123456.789",
+        "15000000000000000",
+    ]
+
+
 def test_huggingface_datasets_saved_to_disk_and_data_dirs(tmp_path):
     datasets = pytest.importorskip("datasets")
     train = datasets.Dataset.from_list(GSM8K_LIKE)
@@ -128,6 +144,10 @@ def test_empty_dataset(tmp_path):
             ),
         ),
         ({"prompt": "a", "answer": True}, r"answer=True must be a string or a number"),
+        (
+            {"prompt": "a", "answer": float("nan")},
+            r"record 0 of .*: answer=nan must be a finite number; fix or drop that record",
+        ),
         (
             {"prompt": "a", "answer": "work ####  "},
             (
