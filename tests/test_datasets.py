@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from rllib_llm.envs import arithmetic_problems, load_problems
@@ -194,3 +195,55 @@ def test_bad_arguments(tmp_path):
         load_problems("")
     with pytest.raises(ValueError, match=r"split='valid' is not one of \('train', 'test'\)"):
         load_problems("arithmetic", split="valid")
+
+
+def test_non_utf8_files_name_the_byte(tmp_path):
+    first = b'{"prompt": "a", "answer": "1"}\n'  # 31 bytes; \xe9 is byte 15 of the next
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(first + b'{"prompt": "caf\xe9", "answer": "2"}\n')
+    with pytest.raises(
+        ValueError,
+        match=r"dataset file '.*latin1.jsonl' is not UTF-8: byte 46 \(line 2\) is b'\\xe9'; a "
+        r"dataset file must be UTF-8: re-encode it",
+    ):
+        load_problems(str(path))
+    json_path = tmp_path / "latin1.json"
+    json_path.write_bytes(b'[{"prompt": "\xff", "answer": "1"}]')
+    message = r"latin1.json' is not UTF-8: byte 13 \(line 1\) is b'\\xff'"
+    with pytest.raises(ValueError, match=message):
+        load_problems(str(json_path))
+
+
+def test_a_byte_order_mark_is_no_part_of_the_text(tmp_path):
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(GSM8K_LIKE[0]).encode() + b"\n")
+    assert load_problems(str(path), prompt_key="question") == EXPECTED[:1]
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".txt", ".tsv", ""])
+def test_unsupported_data_files_are_refused_at_once(tmp_path, suffix):
+    path = tmp_path / f"problems{suffix}"
+    path.write_text("prompt,answer\n1+1=,2\n")
+    start = time.perf_counter()
+    with pytest.raises(
+        ValueError,
+        match=rf"dataset file '.*problems{suffix}' has the suffix '{suffix}', which is not read "
+        r"here; the supported suffixes are \['.jsonl', '.json', '.parquet'\]: convert it to "
+        r".jsonl, or name a datasets builder, e.g. dataset='csv', dataset_kwargs=",
+    ):
+        load_problems(str(path))
+    assert time.perf_counter() - start < 5.0  # not a trip to the hub
+
+
+def test_a_csv_file_through_the_datasets_builder_the_message_names(tmp_path):
+    pytest.importorskip("datasets")
+    path = tmp_path / "problems.csv"
+    path.write_text("question,answer\nWhat is 36 times 2?,72\n")
+    problems = load_problems("csv", prompt_key="question", data_files=str(path))
+    assert problems == [{"prompt": "What is 36 times 2?", "answer": "72"}]
+
+
+@pytest.mark.parametrize("name", ["/no/such/problems.csv", "./no_such_dir", "~/no_such_data_x"])
+def test_missing_local_paths_are_refused_at_once(name):
+    with pytest.raises(FileNotFoundError, match=rf"dataset path '{name}' does not exist; check"):
+        load_problems(name)
