@@ -377,6 +377,18 @@ def test_normalize_answer(text, normal):
     assert normalize_answer(text) == normal
 
 
+def test_normalised_plain_numbers_take_the_fast_path():
+    v = MathVerifier()
+    results = v.score_batch(["\\boxed{٤٢}", "so 4.2e1", "1e-05"], ["42", "４２", "0.00001"])
+    assert [(r.correct, r.fast_path, r.extracted) for r in results] == [
+        (True, True, "42"),
+        (True, True, "42"),
+        (True, True, "0.00001"),
+    ]
+    assert v._pool is None
+    v.close()
+
+
 def test_empty_boxed_is_no_answer():
     assert extract_boxed("\\boxed{5} and then \\boxed{}") == "5"
     assert extract_boxed("\\boxed{ }") is None
