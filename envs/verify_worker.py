@@ -36,10 +36,17 @@ def math_verify_equal(answer: str, gold: str, inner_timeout_s: int) -> bool | st
     """
     import itertools
     import logging
+    import threading
 
     from math_verify import verify
     from math_verify.errors import TimeoutException
 
+    if threading.current_thread() is not threading.main_thread():
+        # signal.alarm would fail, and the error below would read as "not equal".
+        raise RuntimeError(
+            "math_verify_equal runs math-verify's signal.alarm limits and needs the main thread; "
+            "call it in a verifier worker (MathVerifier does)"
+        )
     # math-verify logs every timeout with the whole input, which can be 100 kB of hostile text.
     logging.getLogger("math_verify").setLevel(logging.CRITICAL)
     try:

@@ -416,6 +416,26 @@ def test_math_verify_own_parse_timeout_is_a_timeout():
     assert math_verify_equal("x+" * 20_000 + "1", "1", 1) == INNER_TIMEOUT
 
 
+def test_math_verify_equal_refuses_a_thread():
+    from rllib_llm.envs.verify_worker import math_verify_equal
+
+    errors = []
+
+    def run():
+        try:
+            math_verify_equal("1", "1", 1)
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert errors == [
+        "math_verify_equal runs math-verify's signal.alarm limits and needs the main thread; call "
+        "it in a verifier worker (MathVerifier does)"
+    ]
+
+
 # --- property: the fast path never disagrees with math-verify -----------------------------------
 # Arabic-Indic, fullwidth and Devanagari digits, 0 to 9.
 DIGIT_SETS = tuple("".join(chr(zero + i) for i in range(10)) for zero in (0x0660, 0xFF10, 0x0966))
