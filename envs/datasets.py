@@ -209,13 +209,13 @@ def _float_text(answer: float, index: int, answer_key: str, source: str) -> str:
 
     `str()` would give "1e-05", which math-verify reads as 1*e - 5 (Euler's e), so no answer could
     match it. `repr` is the shortest text that reads back as the same float (0.1, not
-    0.1000000000000000055...); `Decimal` writes it out without an exponent.
+    0.1000000000000000055...; 1e23, not int(1e23) = 99999999999999991611392); `Decimal` writes it
+    out without an exponent.
     """
     if not math.isfinite(answer):
         raise ValueError(
             f"record {index} of {source}: {answer_key}={answer!r} must be a finite number; fix or "
             "drop that record"
         )
-    if answer.is_integer():
-        return str(int(answer))  # 72.0 -> "72"
-    return format(Decimal(repr(answer)), "f")
+    text = format(Decimal(repr(answer)), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text  # 72.0 -> "72"

@@ -59,7 +59,7 @@ def test_numeric_answers_become_strings(tmp_path):
 
 def test_float_answers_become_decimals_a_model_could_write(tmp_path):
     # JSON numbers arrive as floats; str() would turn 1e-05 into "1e-05", which no answer matches.
-    floats = [1e-05, 1e20, 0.1, 72.0, 2.5e-07, -3e-3, 123456.789, 1.5e16]
+    floats = [1e-05, 1e20, 0.1, 72.0, 2.5e-07, -3e-3, 123456.789, 1.5e16, 1e23, -0.0]
     path = write_jsonl(tmp_path / "f.jsonl", [{"prompt": "x", "answer": f} for f in floats])
     assert [p["answer"] for p in load_problems(path)] == [
         "0.00001",
@@ -70,6 +70,8 @@ def test_float_answers_become_decimals_a_model_could_write(tmp_path):
         "-0.003",
         "123456.789",
         "15000000000000000",
+        "100000000000000000000000",  # not int(1e23), 99999999999999991611392
+        "-0",
     ]
 
 
