@@ -222,3 +222,8 @@ def test_home_directory_is_expanded(tmp_path, monkeypatch):
     shutil.copytree(EMBEDDED_DIR, tmp_path / "ckpt")
     assert resolve_checkpoint("~/ckpt", kind="model") == str(tmp_path / "ckpt")
     assert len(load_tokenizer("~/ckpt")) == 98
+
+
+def test_resolve_checkpoint_kind_is_checked():
+    with pytest.raises(ValueError, match=r"kind='weights' is not one of \['model', 'tokenizer'\]"):
+        resolve_checkpoint("embedded", kind="weights")
