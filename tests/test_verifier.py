@@ -199,7 +199,7 @@ HOSTILE = {
 def test_hostile_answers_are_bounded_and_scored_wrong():
     limit = 0.5
     v = MathVerifier(timeout_s=limit, num_workers=2)
-    v.score("\\boxed{\\frac{1}{2}}", "0.5")  # start the workers outside the measured time
+    assert v.score("\\boxed{\\frac{1}{2}}", "0.5").correct  # start the workers, unmeasured
     start = time.perf_counter()
     results = v.score_batch(list(HOSTILE.values()), ["72"] * len(HOSTILE))
     elapsed = time.perf_counter() - start
