@@ -1,11 +1,12 @@
 """The code that runs inside a verifier worker process; standard library only at import.
 
 `HardTimeoutPool` runs this file as a script in a fresh interpreter (`python -P verify_worker.py
-FD [MODULE ...]`): FD is the worker's end of a socket pair, the MODULEs are imported before the
-worker reports ready. Running the file, rather than importing `rllib_llm.envs.verify_worker`,
-keeps `rllib_llm/__init__` out of the worker: it registers environments with Ray Tune, which costs
-seconds and ~160 MB per worker (measured: a worker with only math-verify loaded holds ~56 MB),
-and a worker killed on a timeout is replaced while verification waits for it.
+FD [MODULE ...]`): FD is the worker's end of a socket pair, the MODULEs are imported (and
+math-verify warmed up by one comparison) before the worker reports ready. Running the file,
+rather than importing `rllib_llm.envs.verify_worker`, keeps `rllib_llm/__init__` out of the
+worker: it registers environments with Ray Tune, which costs seconds and ~160 MB per worker
+(measured: a worker with only math-verify loaded holds ~56 MB), and a worker killed on a timeout
+is replaced while verification waits for it.
 
 A call is `(fn, args)`: `fn` is a picklable callable (imported by reference in the worker), or the
 name of a function defined in this file, which needs no import at all.
