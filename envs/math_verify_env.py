@@ -46,7 +46,11 @@ from typing import Any, ClassVar
 import gymnasium
 import numpy as np
 from rllib_llm.envs.env_config import MathVerifyEnvConfig
-from rllib_llm.envs.problem_set import load_problem_set, load_tokenizer_by_name
+from rllib_llm.envs.problem_set import (
+    check_dropped_share,
+    load_problem_set,
+    load_tokenizer_by_name,
+)
 from rllib_llm.envs.token_mdp import PROMPT_IDS, ChunkResult
 from rllib_llm.envs.verifier import (
     Verification,
@@ -71,6 +75,8 @@ class MathVerifyEnv(gymnasium.Env):
         tokenizer: the tokenizer (the env runner's engine uses it too).
         num_problems: problems available after dropping overlong prompts.
         num_dropped_prompts: problems dropped because their prompt exceeds `prompt_length`.
+        dropped_prompt_fraction: their share of the dataset, at most
+            `max_dropped_prompt_fraction` (the constructor raises ValueError beyond it).
         split: the dataset split.
     """
 
@@ -102,8 +108,15 @@ class MathVerifyEnv(gymnasium.Env):
             dataset_kwargs=cfg.dataset_kwargs,
             prompt_length=cfg.prompt_length,
         )
+        check_dropped_share(
+            self._problems,
+            max_fraction=cfg.max_dropped_prompt_fraction,
+            prompt_length=cfg.prompt_length,
+            source=f"{cfg.dataset!r} (split={cfg.split!r})",
+        )
         self.num_problems = len(self._problems.prompts)
         self.num_dropped_prompts = self._problems.num_dropped
+        self.dropped_prompt_fraction = self._problems.dropped_fraction
         self._verifier = acquire_shared_verifier(**cfg.verifier_options())
         # Releases the shared verifier on close() or when the env is garbage-collected.
         self._release = weakref.finalize(self, release_shared_verifier, self._verifier)
