@@ -210,3 +210,12 @@ def test_bad_config_fails_at_build_time_not_at_step_one():
 def test_build_algo_validates_like_validate(training, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         config(**training).build_algo()
+
+
+def test_a_missing_model_path_fails_validation_at_once(tmp_path):
+    import time
+
+    start = time.perf_counter()
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        config(model_name_or_path=str(tmp_path / "nope")).validate()
+    assert time.perf_counter() - start < 5

@@ -11,9 +11,10 @@ def model_context_length(name_or_path: str) -> int | None:
     """Positions the model can attend over (prompt + response), None if its config omits them."""
     from transformers import AutoConfig
 
-    from rllib_llm.models import resolve_path
+    from rllib_llm.models import resolve_checkpoint
 
-    config = AutoConfig.from_pretrained(resolve_path(name_or_path))
+    # A bad local path fails here at once, when the config is validated, not after hub retries.
+    config = AutoConfig.from_pretrained(resolve_checkpoint(name_or_path, kind="model"))
     for attribute in _CONTEXT_ATTRIBUTES:
         value = getattr(config, attribute, None)
         if isinstance(value, int) and value > 0:
