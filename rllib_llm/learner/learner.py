@@ -17,7 +17,7 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 
 from rllib_llm import core
-from rllib_llm.rollout.threads import set_torch_threads
+from rllib_llm.exchange.threads import set_torch_threads
 
 # Metric names the learner logs per module (besides the pg variant's own metrics).
 PG_LOSS = "pg_loss"
@@ -129,11 +129,11 @@ class RLVRLearner(TorchLearner):
             )
         return loss
 
-    # --- weight sync by broadcast (rank 0 of the group; see rollout/weight_broadcast.py) -------
+    # --- weight sync by broadcast (rank 0 of the group; see exchange/weight_broadcast.py) -------
     def open_weight_broadcast(self, *, backend: str, world_size: int, timeout_s: float,
                               bucket_bytes: int) -> dict[str, Any]:
         """Host a new broadcast group (replacing any old one); returns what receivers join with."""
-        from rllib_llm.rollout.weight_broadcast import Sender
+        from rllib_llm.exchange.weight_broadcast import Sender
 
         self._weight_sender = Sender(backend, self._policy_weights(), world_size=world_size,
                                      timeout_s=timeout_s, bucket_bytes=bucket_bytes)

@@ -15,11 +15,7 @@ import numpy as np
 import torch
 
 from rllib_llm.envs.token_mdp import ENV_TOKENS, PROMPT_IDS
-
-# Keys the env runner writes into episode infos / extra model outputs.
-GROUP_ID = "group_id"
-ACTION_LOGP = "action_logp"
-WEIGHT_VERSION = "weight_version"
+from rllib_llm.exchange.columns import ACTION_LOGP, GROUP_ID
 
 
 @dataclass

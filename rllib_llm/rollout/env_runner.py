@@ -24,9 +24,9 @@ from ray.rllib.utils.checkpoints import Checkpointable
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_NO
 
 from rllib_llm.envs.math_verify_env import VERIFIER_INFO
-from rllib_llm.learner.packing import ACTION_LOGP, GROUP_ID, WEIGHT_VERSION
+from rllib_llm.exchange.columns import ACTION_LOGP, GROUP_ID, WEIGHT_VERSION
+from rllib_llm.exchange.threads import set_torch_threads
 from rllib_llm.rollout.engine import SamplingParams
-from rllib_llm.rollout.threads import set_torch_threads
 
 # Metric names (under env_runners/ in the results).
 EPISODE_RETURN_MEAN = "episode_return_mean"
