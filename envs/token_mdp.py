@@ -53,6 +53,7 @@ class ChunkResult:
     """The outcome of `step_chunk`: one entry per consumed token, exactly what `step` returns.
 
     Attributes:
+        actions: (n,) int64, the tokens consumed, as the env checked them.
         observations: (n,) int64, the observation after each token (the last token of the state).
         rewards: (n,) float64, 0.0 except at the episode's end.
         terminateds: (n,) bool, True only on the token that ended the episode with EOS.
@@ -61,6 +62,7 @@ class ChunkResult:
             added).
     """
 
+    actions: np.ndarray
     observations: np.ndarray
     rewards: np.ndarray
     terminateds: np.ndarray
@@ -71,7 +73,7 @@ class ChunkResult:
         """Equal per-token results (values, not dtypes: a list equals the same array)."""
         if not isinstance(other, ChunkResult):
             return NotImplemented
-        arrays = ("observations", "rewards", "terminateds", "truncateds")
+        arrays = ("actions", "observations", "rewards", "terminateds", "truncateds")
         return all(np.array_equal(getattr(self, a), getattr(other, a)) for a in arrays) and \
             self.infos == other.infos
 

@@ -235,7 +235,9 @@ def test_step_chunk_returns_arrays_and_one_shared_empty_info(tokenizer):
     env = make_env(tokenizer)
     env.reset(options={"prompt_index": 0})
     result = env.step_chunk([19, 20, 21, tokenizer.eos_token_id])
-    assert result.observations.dtype == np.int64 and result.rewards.dtype == np.float64
+    assert result.actions.tolist() == [19, 20, 21, tokenizer.eos_token_id]
+    assert result.actions.dtype == result.observations.dtype == np.int64
+    assert result.rewards.dtype == np.float64
     assert result.terminateds.dtype == result.truncateds.dtype == np.bool_
     assert all(info is EMPTY_INFO for info in result.infos[:-1])
     assert "verifier" in result.infos[-1]
@@ -244,7 +246,7 @@ def test_step_chunk_returns_arrays_and_one_shared_empty_info(tokenizer):
     env.reset(options={"prompt_index": 0})
     result = env.step_chunk(tokens)
     tokens[0] = 5
-    assert result.observations.tolist() == [19, 20, tokenizer.eos_token_id]
+    assert result.observations.tolist() == result.actions.tolist() == [19, 20, 1]
 
 
 def test_the_shared_empty_info_refuses_writes_and_survives_copies():

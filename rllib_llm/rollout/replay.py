@@ -37,18 +37,18 @@ def replay_response(env: Any, prompt_index: int, response: Response, *, group_id
         float64, extra model outputs `ACTION_LOGP` (k,) float32 and `WEIGHT_VERSION` (k,) int64.
     """
     obs, info = env.reset(options={"prompt_index": prompt_index})
-    actions = np.asarray(response.token_ids, dtype=np.int64)  # (k,)
-    result = env.step_chunk(actions, verification=verification)
+    result = env.step_chunk(response.token_ids, verification=verification)
+    k = len(result.actions)
     return SingleAgentEpisode(
         observations=np.concatenate(([obs], result.observations)),  # (k+1,)
         infos=[{**info, GROUP_ID: group_id}, *result.infos],
-        actions=actions,
+        actions=result.actions,  # (k,) int64, converted and checked by the env
         rewards=result.rewards,
         terminated=bool(result.terminateds[-1]),
         truncated=bool(result.truncateds[-1]),
         extra_model_outputs={
             ACTION_LOGP: np.asarray(response.logprobs, dtype=np.float32),
-            WEIGHT_VERSION: np.full(len(actions), weight_version, dtype=np.int64),
+            WEIGHT_VERSION: np.full(k, weight_version, dtype=np.int64),
         },
         observation_space=env.observation_space,
         action_space=env.action_space,
