@@ -50,7 +50,9 @@ EMPTY_INFO: dict[str, Any] = _ReadOnlyInfo()  # the info of every step with noth
 
 @dataclass(slots=True, eq=False)
 class ChunkResult:
-    """The outcome of `step_chunk`: one entry per consumed token, exactly what `step` returns.
+    """The outcome of `step_chunk`: per consumed token, the token and exactly what `step`
+    returns for it. The arrays are the result's own, never the caller's; `observations` may be
+    the very array `actions` is (when each observation is the token itself).
 
     Attributes:
         actions: (n,) int64, the tokens consumed, as the env checked them.
