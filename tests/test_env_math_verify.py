@@ -178,7 +178,7 @@ def test_tokens_past_the_end_are_refused_and_nothing_is_consumed(tokenizer):
                        r"chunk \(response_length\)"):  # fmt: skip
         env.step_chunk([digit] * 6)
     assert env.state_token_ids() == info["prompt_ids"]
-    assert env.step_chunk([digit, eos]).terminateds == [False, True]
+    assert env.step_chunk([digit, eos]).terminateds.tolist() == [False, True]
 
 
 def _trajectory_by_step(env, index, tokens):

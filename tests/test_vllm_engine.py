@@ -247,7 +247,7 @@ def test_broadcast_weight_sync_is_verified_by_logprobs(engine, hf_model):
     vLLM's reload sees the weights arrive as a stream."""
     from threading import Thread
 
-    from rllib_llm.rollout.weight_broadcast import Sender
+    from rllib_llm.exchange.weight_broadcast import Sender
 
     original = {k: v.clone() for k, v in hf_model.state_dict().items()}
     torch.manual_seed(6)

@@ -165,7 +165,7 @@ FIELDS: tuple[Field, ...] = (
           "and engines on separate GPUs; OpenRLHF's vllm_sync_backend='nccl'), or 'gloo' (the "
           "same broadcast over TCP, for CPU processes; on one machine the object store's shared "
           "memory is faster: 0.19 s against 1.0 s for a 135M model). The broadcasts need remote "
-          "env runners (num_env_runners >= 1); see rollout/weight_broadcast.py.",
+          "env runners (num_env_runners >= 1); see exchange/weight_broadcast.py.",
           one_of(("object_store", "nccl", "gloo")), "rollout"),
     Field("weight_sync_bucket_bytes", 256 * 2**20,
           "Broadcast weight sync: most bytes per broadcast call (tensors of one dtype are packed "

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from ray.rllib.algorithms.algorithm import Algorithm
-
-from rllib_llm.rollout.env_runner import SAMPLER_STATE
 from ray.rllib.utils.metrics import (
     ENV_RUNNER_RESULTS,
     LEARNER_RESULTS,
     NUM_ENV_STEPS_SAMPLED_LIFETIME,
     TIMERS,
 )
+
+from rllib_llm.rollout.env_runner import SAMPLER_STATE
 
 # Our part of the algorithm's checkpoint: each remote env runner's sampler state (RLlib saves
 # only the driver's env runner, which does not sample when there are remote ones).

@@ -21,9 +21,10 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 
 from rllib_llm import core
+from rllib_llm.exchange.columns import CORRECT
+from rllib_llm.exchange.threads import set_torch_threads
 from rllib_llm.learner.minibatches import minibatch_rows
 from rllib_llm.learner.step_metrics import StepMetrics
-from rllib_llm.rollout.threads import set_torch_threads
 
 # Metric names the learner logs per module (besides the pg variant's own metrics).
 PG_LOSS = "pg_loss"
@@ -235,11 +236,11 @@ class RLVRLearner(TorchLearner):
         self._shuffle.set_state(ours["shuffle_rng"])
         self._nonfinite_in_a_row, self._nonfinite_total = ours["nonfinite"]
 
-    # --- weight sync by broadcast (rank 0 of the group; see rollout/weight_broadcast.py) -------
+    # --- weight sync by broadcast (rank 0 of the group; see exchange/weight_broadcast.py) -------
     def open_weight_broadcast(self, *, backend: str, world_size: int, timeout_s: float,
                               bucket_bytes: int) -> dict[str, Any]:
         """Host a new broadcast group (replacing any old one); returns what receivers join with."""
-        from rllib_llm.rollout.weight_broadcast import Sender
+        from rllib_llm.exchange.weight_broadcast import Sender
 
         self._weight_sender = Sender(backend, self._policy_weights(), world_size=world_size,
                                      timeout_s=timeout_s, bucket_bytes=bucket_bytes)
@@ -260,9 +261,10 @@ class RLVRLearner(TorchLearner):
 
 
 def _positive(batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """(B,) 1.0 for a positive response: the verifier's correct flag, else score > 0."""
-    if "correct" in batch:
-        return batch["correct"].float()
+    """(B,) 1.0 for a positive response: the packed correct flag (the verifier's verdict, or
+    score > 0 where an env gives none; exchange/columns.py), else score > 0."""
+    if CORRECT in batch:
+        return batch[CORRECT].float()
     return (batch["scores"] > 0).float()
 
 

@@ -24,10 +24,10 @@ from ray.rllib.utils.checkpoints import Checkpointable
 from ray.rllib.utils.framework import get_device
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_NO
 
-from rllib_llm.envs.math_verify_env import VERIFIER_INFO
-from rllib_llm.learner.packing import ACTION_LOGP, GROUP_ID, WEIGHT_VERSION
+from rllib_llm.envs.token_mdp import is_correct
+from rllib_llm.exchange.threads import set_torch_threads
 from rllib_llm.rollout.engine import SamplingParams
-from rllib_llm.rollout.threads import set_torch_threads
+from rllib_llm.rollout.replay import replay_response
 
 # Metric names (under env_runners/ in the results).
 EPISODE_RETURN_MEAN = "episode_return_mean"
@@ -201,36 +201,21 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         """
         flat = [(i, r) for i, group in zip(prompt_indices, responses) for r in group]
         verdicts = env.verify_responses([i for i, _ in flat], [r.token_ids for _, r in flat])
+        return self._build_episodes(env, prompt_indices, responses, verdicts)
+
+    def _build_episodes(self, env, prompt_indices: list[int], responses,
+                        verdicts) -> list[SingleAgentEpisode]:
+        """Replay every response (`responses[g][j]` answers `prompt_indices[g]`) with its
+        verdict (`verdicts`, flat in the same order) into an episode."""
+        version = self.engine.weight_version
         episodes = []
         for g, (index, group) in enumerate(zip(prompt_indices, responses)):
             group_id = f"{self.worker_index or 0}-{next(self._counter)}"
             for j, response in enumerate(group):
-                verdict = verdicts[g * len(group) + j]
-                episodes.append(self._replay(env, index, response, group_id, verdict))
+                episodes.append(replay_response(
+                    env, index, response, group_id=group_id, weight_version=version,
+                    verification=verdicts[g * len(group) + j]))
         return episodes
-
-    def _replay(self, env, prompt_index: int, response, group_id: str,
-                verdict=None) -> SingleAgentEpisode:
-        """Step `env` through one generated response and return the finished episode."""
-        obs, info = env.reset(options={"prompt_index": prompt_index})
-        result = env.step_chunk(response.token_ids, verification=verdict)
-        k = len(result.rewards)  # the env rejects tokens past the episode's end (ValueError)
-        version = self.engine.weight_version
-        return SingleAgentEpisode(
-            observations=[obs, *result.observations],
-            infos=[{**info, GROUP_ID: group_id}, *result.infos],
-            actions=list(response.token_ids),
-            rewards=list(result.rewards),
-            terminated=bool(result.terminateds[-1]),
-            truncated=bool(result.truncateds[-1]),
-            extra_model_outputs={
-                ACTION_LOGP: np.asarray(response.logprobs, dtype=np.float32),
-                WEIGHT_VERSION: np.full(k, version, dtype=np.int64),
-            },
-            observation_space=env.observation_space,
-            action_space=env.action_space,
-            len_lookback_buffer=0,
-        ).to_numpy()
 
     def _log_sample_metrics(self, episodes, generate_s: float, verify_s: float) -> None:
         lengths = [len(e) for e in episodes]
@@ -366,5 +351,5 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
 
 
 def _is_correct(episode: SingleAgentEpisode) -> bool:
-    """The verifier's verdict on the finished episode (its last info)."""
-    return bool(episode.get_infos(-1).get(VERIFIER_INFO, {}).get("correct", False))
+    """Whether the finished episode's response is correct (`token_mdp.is_correct`)."""
+    return is_correct(episode.get_infos(-1), float(episode.get_return()))
