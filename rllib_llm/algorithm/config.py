@@ -19,10 +19,8 @@ from typing import Any
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
+from rllib_llm import core
 from rllib_llm.algorithm.fields import ALIASES, FIELDS, FIELDS_BY_NAME, check_field
-
-GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_baseline")
-CRITIC_ESTIMATORS = ("gae",)
 
 
 class RLVRConfig(AlgorithmConfig):
@@ -34,6 +32,10 @@ class RLVRConfig(AlgorithmConfig):
         super().__init__(algo_class=algo_class or RLVR)
         for f in FIELDS:
             setattr(self, f.name, copy.deepcopy(f.default))
+        # What the user registered in core's registries (pg variants, estimators, ...), captured
+        # by validate(): it travels with the config to learners (restored in RLVRLearner.build)
+        # and to a Tune trial's process (restored in validate), which import rllib_llm afresh.
+        self.user_registrations: core.Registrations = {}
         # RLlib settings with LLM-RL defaults: undiscounted rewards, a small LR, clipped grads,
         # and sampling in the driver process unless the user asks for remote env runners.
         self.gamma = 1.0
@@ -89,20 +91,25 @@ class RLVRConfig(AlgorithmConfig):
 
     # --- validation -----------------------------------------------------------------------------
     def validate(self) -> None:
+        # A config rebuilt in another process (a Tune trial's) brings the driver's registrations.
+        core.restore_registrations(self.user_registrations)
         super().validate()
         for f in FIELDS:
-            check_field(f.name, getattr(self, f.name))
+            check_field(f.name, getattr(self, f.name), in_evaluation=self.in_evaluation)
         self._validate_combinations()
+        self._validate_evaluation()
+        self.user_registrations = core.user_registrations()
 
     def _validate_combinations(self) -> None:
         n = self.num_return_sequences_in_group
-        if self.adv_estimator in CRITIC_ESTIMATORS:
+        needs = core.adv_estimator_info(self.adv_estimator)
+        if needs.needs_critic:
             raise ValueError(
                 f"RLVRConfig.adv_estimator={self.adv_estimator!r} needs a critic (value model), "
                 "which rllib_llm does not ship yet. Use 'grpo', 'rloo', 'reinforce_baseline' or "
                 "'reinforce'."
             )
-        if self.adv_estimator in GROUP_ESTIMATORS and n < 2:
+        if needs.needs_groups and n < 2:
             raise ValueError(
                 f"RLVRConfig.num_return_sequences_in_group={n} is too small for "
                 f"adv_estimator={self.adv_estimator!r}: a group baseline needs >= 2 responses "
@@ -120,7 +127,8 @@ class RLVRConfig(AlgorithmConfig):
                 f"{self.tis_upper_bound}; the truncation interval must satisfy lower <= upper."
             )
         runners = max(1, self.num_env_runners)
-        if self.rollout_batch_size % runners:
+        # (An evaluation config's env runners are the evaluation ones: they take no batch.)
+        if self.rollout_batch_size % runners and not self.in_evaluation:
             raise ValueError(
                 f"RLVRConfig.rollout_batch_size={self.rollout_batch_size} must be divisible by "
                 f"num_env_runners={self.num_env_runners}, so every runner samples whole groups."
@@ -137,6 +145,22 @@ class RLVRConfig(AlgorithmConfig):
                 f"RLVRConfig.num_learners={self.num_learners}: data-parallel learners would split "
                 "prompt groups across shards; use num_learners <= 1 (DeepSpeed arrives later)."
             )
+
+    def _validate_evaluation(self) -> None:
+        """RLlib's evaluation settings that RLVR.evaluate honours or rejects (see there)."""
+        if self.in_evaluation:
+            return
+        if self.evaluation_duration != 10 or self.evaluation_duration_unit != "episodes":
+            raise ValueError(
+                f"RLVRConfig.evaluation_duration={self.evaluation_duration!r} "
+                f"(evaluation_duration_unit={self.evaluation_duration_unit!r}) is not used: RLVR "
+                "evaluates a fixed set of held-out problems. Leave evaluation_duration at its "
+                "default and set eval_num_problems (and eval_num_samples responses per problem)."
+            )
+        if self.evaluation_interval:  # evaluation will run: its problems must be held out
+            from rllib_llm.algorithm.evaluation import check_held_out
+
+            check_held_out(self, self.get_evaluation_config_object())
 
     def _validate_rollout_engine(self) -> None:
         from rllib_llm.rollout.vllm_engine import INSTALL_HINT, vllm_installed
@@ -167,6 +191,14 @@ class RLVRConfig(AlgorithmConfig):
                 "recompute_old_logp=True (or None): vLLM reports log-probs renormalised over the "
                 "top-p nucleus, not the learner's log-probs."
             )
+
+    def held_out_env_overrides(self) -> dict[str, Any]:
+        """What the held-out env's config changes in env_config: the split, and the dataset when
+        eval_dataset names one."""
+        overrides: dict[str, Any] = {"split": self.eval_split}
+        if self.eval_dataset is not None:
+            overrides["dataset"] = self.eval_dataset
+        return overrides
 
     # --- what RLlib builds ----------------------------------------------------------------------
     @property

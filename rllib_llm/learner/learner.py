@@ -30,6 +30,7 @@ TOKENS_PER_S = "learner_tokens_per_s"
 
 class RLVRLearner(TorchLearner):
     def build(self) -> None:
+        core.restore_registrations(self.config.user_registrations)  # the driver's, if remote
         set_torch_threads(self.config.num_torch_threads)
         super().build()
         cfg = self.config
