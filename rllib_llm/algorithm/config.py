@@ -81,6 +81,19 @@ class RLVRConfig(AlgorithmConfig):
         super().env_runners(**kwargs)
         return self
 
+    def to_dict(self) -> dict[str, Any]:
+        # Tune sends the config to its trial's process as this dict: the user's registrations go
+        # along (validate() files them there before checking the names).
+        config_dict = super().to_dict()
+        config_dict["user_registrations"] = self._registrations()
+        return config_dict
+
+    def _registrations(self) -> core.Registrations:
+        """This process's user registrations, after filing the ones this config carries (from
+        the process that built it)."""
+        core.restore_registrations(self.user_registrations)
+        return core.user_registrations()
+
     def update_from_dict(self, config_dict: dict[str, Any]) -> RLVRConfig:
         # Tune passes flat dicts: accept ROLL's aliases there too.
         config_dict = dict(config_dict)
@@ -91,14 +104,14 @@ class RLVRConfig(AlgorithmConfig):
 
     # --- validation -----------------------------------------------------------------------------
     def validate(self) -> None:
-        # A config rebuilt in another process (a Tune trial's) brings the driver's registrations.
-        core.restore_registrations(self.user_registrations)
+        # Registered names are valid names; a config rebuilt in another process (a Tune trial's)
+        # brings the driver's registrations along.
+        self.user_registrations = self._registrations()
         super().validate()
         for f in FIELDS:
             check_field(f.name, getattr(self, f.name), in_evaluation=self.in_evaluation)
         self._validate_combinations()
         self._validate_evaluation()
-        self.user_registrations = core.user_registrations()
 
     def _validate_combinations(self) -> None:
         n = self.num_return_sequences_in_group
