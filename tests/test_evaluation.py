@@ -9,11 +9,11 @@ import math
 
 import pytest
 import torch
+from rllib_llm.envs import arithmetic_problems
+from rllib_llm.envs.answer_extraction import extract_answer
 
 from rllib_llm import core
 from rllib_llm.algorithm.evaluation import evaluation_metrics
-from rllib_llm.envs import arithmetic_problems
-from rllib_llm.envs.answer_extraction import extract_answer
 from rllib_llm.presets import embedded_config
 from rllib_llm.rollout.engine import SamplingParams
 from rllib_llm.rollout.evaluation import EvalShard, shard_indices

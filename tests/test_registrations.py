@@ -69,6 +69,21 @@ def test_user_registrations_train_in_remote_learner_and_runners():
     algo.stop()
 
 
+@pytest.mark.usefixtures("ray_session")
+def test_a_tune_trial_knows_the_users_registrations(tmp_path):
+    """Tune rebuilds the config from its dict in the trial's own process."""
+    from ray import tune
+
+    from rllib_llm import RLVR
+
+    tuner = tune.Tuner(RLVR, param_space=user_config(), run_config=tune.RunConfig(
+        stop={"training_iteration": 1}, storage_path=str(tmp_path), verbose=0))
+    results = tuner.fit()
+    assert not results.errors
+    assert results[0].metrics["learners"]["default_policy"]["user_advantage"] == \
+        CONSTANT_ADVANTAGE
+
+
 def test_config_captures_user_registrations():
     cfg = user_config()
     cfg.validate()

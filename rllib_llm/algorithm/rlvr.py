@@ -156,8 +156,8 @@ class RLVR(Algorithm):
 
         The evaluation group (RLlib builds one when `evaluation_interval` or
         `evaluation_num_env_runners` is set) receives the weights through the object store, as
-        in RLlib; without one the training runners evaluate, and they already hold the weights,
-        except the driver's runner behind a broadcast.
+        in RLlib. Without one the training runners evaluate: they hold the weights already,
+        except the driver's runner behind a broadcast, which catches up if it is the one.
         """
         group = self.eval_env_runner_group
         if group is not None:
@@ -165,9 +165,9 @@ class RLVR(Algorithm):
                                inference_only=True)
         else:
             group = self.env_runner_group
-            if self._weight_broadcast is not None:
-                self._weight_broadcast.refresh_local_env_runner()
         ids = group.healthy_env_runner_ids() if group.num_remote_env_runners() else []
+        if not ids and group is self.env_runner_group and self._weight_broadcast is not None:
+            self._weight_broadcast.refresh_local_env_runner()
         return group, ids
 
     def _evaluation_callback(self, name: str, **kwargs) -> None:
