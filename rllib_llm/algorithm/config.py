@@ -33,8 +33,9 @@ class RLVRConfig(AlgorithmConfig):
         for f in FIELDS:
             setattr(self, f.name, copy.deepcopy(f.default))
         # What the user registered in core's registries (pg variants, estimators, ...), captured
-        # by validate(): it travels with the config to learners (restored in RLVRLearner.build)
-        # and to a Tune trial's process (restored in validate), which import rllib_llm afresh.
+        # by validate() and to_dict(): it travels with the config to remote learners (filed in
+        # RLVRLearner.build) and to a Tune trial's process (filed by validate()), which import
+        # rllib_llm afresh and know only the built-ins.
         self.user_registrations: core.Registrations = {}
         # RLlib settings with LLM-RL defaults: undiscounted rewards, a small LR, clipped grads,
         # and sampling in the driver process unless the user asks for remote env runners.

@@ -70,10 +70,12 @@ def user_registrations() -> Registrations:
 
 
 def restore_registrations(registrations: Registrations) -> None:
-    """File ``registrations`` (``user_registrations()`` of another process) in this one.
+    """File ``registrations`` (``user_registrations()`` of another process) in this one; what
+    users registered in this process stays (``Registry.restore``).
 
-    The functions arrive as Ray unpickled them: a function from an importable module by
-    reference, one defined in a script (``__main__``) by value.
+    The functions arrive as Ray pickled them: one defined in a script (``__main__``) or inside a
+    function by value, one from a module by reference, so that module must be importable in
+    every process (install it, or ship it with Ray's ``runtime_env``).
     """
     for kind, entries in registrations.items():
         if kind not in REGISTRIES:
