@@ -7,6 +7,8 @@ num_return_sequences_in_group=1 is accepted.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -17,8 +19,10 @@ TINY = dict(rollout_batch_size=2, num_return_sequences_in_group=2, response_leng
 CONSTANT_ADVANTAGE = 7.0
 
 
-def _register_user_entries():
-    """Register a user's pg variant and estimators in the driver, as a training script would.
+@pytest.fixture(scope="module")
+def user():
+    """Register a user's pg variant and estimators in the driver, as a training script would
+    (when the tests run, not when pytest collects them: other modules check lists of names).
 
     Ray pickles a script's functions by value and a module's by reference; these are nested,
     so they travel by value like a script's, and the remote processes need not import this file.
@@ -40,10 +44,10 @@ def _register_user_entries():
     def user_grouped(inputs: core.EstimatorInputs):
         return core.group_adv_estimator("grpo")(inputs)
 
-    return user_vanilla, user_constant, user_grouped
-
-
-user_vanilla, user_constant, user_grouped = _register_user_entries()
+    yield SimpleNamespace(vanilla=user_vanilla, constant=user_constant, grouped=user_grouped)
+    core.PG_VARIANT_REGISTRY.unregister("test_user_vanilla")
+    for name in ("test_user_constant", "test_user_grouped"):
+        core.ADV_ESTIMATOR_REGISTRY.unregister(name)
 
 
 def user_config(**overrides):
@@ -53,7 +57,7 @@ def user_config(**overrides):
     })
 
 
-@pytest.mark.usefixtures("ray_session")
+@pytest.mark.usefixtures("ray_session", "user")
 def test_user_registrations_train_in_remote_learner_and_runners():
     algo = (user_config()
             .env_runners(num_env_runners=2, num_cpus_per_env_runner=0.5)
@@ -69,7 +73,7 @@ def test_user_registrations_train_in_remote_learner_and_runners():
     algo.stop()
 
 
-@pytest.mark.usefixtures("ray_session")
+@pytest.mark.usefixtures("ray_session", "user")
 def test_a_tune_trial_knows_the_users_registrations(tmp_path):
     """Tune rebuilds the config from its dict in the trial's own process."""
     from ray import tune
@@ -84,32 +88,44 @@ def test_a_tune_trial_knows_the_users_registrations(tmp_path):
         CONSTANT_ADVANTAGE
 
 
-def test_config_captures_user_registrations():
+def test_config_captures_user_registrations(user):
     cfg = user_config()
     cfg.validate()
     captured = cfg.user_registrations
-    assert captured["pg_variant"]["test_user_vanilla"][0] is user_vanilla
+    assert captured["pg_variant"]["test_user_vanilla"][0] is user.vanilla
     assert captured["adv_estimator"]["test_user_constant"] == (
-        user_constant, core.AdvEstimatorInfo(needs_groups=False))
+        user.constant, core.AdvEstimatorInfo(needs_groups=False))
     assert "ppo" not in captured["pg_variant"]  # built-ins are known everywhere
 
 
 def test_restore_files_entries_in_a_fresh_registry_without_replacing_own_ones():
+    def builtin(): ...
+    def mine(): ...
+    def sent(): ...
+
     registry = core.Registry("pg_variant", "register_pg_variant")
-    registry.register("builtin")(user_vanilla)
+    registry.register("builtin")(builtin)
     registry.mark_builtins()
     assert registry.user_entries() == {}
-    mine = registry.register("mine")(user_constant)
-    registry.restore({"mine": (user_grouped, None), "builtin": (user_grouped, None),
-                      "other": (user_grouped, None)})
+    registry.register("mine", info="declared")(mine)
+    assert registry.user_entries() == {"mine": (mine, "declared")}
+    registry.restore({"mine": (sent, None), "builtin": (sent, None), "other": (sent, "x")})
     assert registry.get("mine") is mine  # this process's own registration stays
-    assert registry.get("builtin") is user_grouped  # the sender overrode the built-in
-    assert registry.get("other") is user_grouped
+    assert registry.get("builtin") is sent  # the sender overrode the built-in
+    assert (registry.get("other"), registry.info("other")) == (sent, "x")
+    registry.unregister("builtin")  # the built-in comes back
+    registry.unregister("other")
+    assert registry.get("builtin") is builtin and "other" not in registry
+    with pytest.raises(ValueError, match=r"pg_variant='builtin' is not a user registration \(user "
+                                         r"registrations: \['mine'\]\); built-in names cannot be "
+                                         r"removed"):
+        registry.unregister("builtin")
 
 
 @pytest.mark.parametrize("estimator, accepted", [("test_user_constant", True),
                                                  ("test_user_grouped", False),
                                                  ("grpo", False), ("reinforce", True)])
+@pytest.mark.usefixtures("user")
 def test_needs_groups_decides_whether_groups_of_one_are_accepted(estimator, accepted):
     cfg = embedded_config("ppo", adv_estimator=estimator, num_return_sequences_in_group=1)
     if accepted:

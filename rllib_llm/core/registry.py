@@ -34,7 +34,7 @@ class Registry(Generic[F]):
         self.register_hint = register_hint
         self._entries: dict[str, F] = {}
         self._info: dict[str, Any] = {}  # what an entry declares about itself (None: nothing)
-        self._builtins: dict[str, F] = {}
+        self._builtins: dict[str, tuple[F, Any]] = {}  # name -> (function, info)
 
     def register(
         self, name: str, *aliases: str, override: bool = False, info: Any = None
@@ -68,13 +68,25 @@ class Registry(Generic[F]):
 
     def mark_builtins(self) -> None:
         """Record the entries registered so far as built-in: every later one is a user's."""
-        self._builtins = dict(self._entries)
+        self._builtins = {name: (fn, self._info[name]) for name, fn in self._entries.items()}
 
     def user_entries(self) -> dict[str, tuple[F, Any]]:
         """``name -> (function, info)`` of the entries users registered (or overrode) after
         ``mark_builtins``: what another process must ``restore`` to know them."""
         return {name: (fn, self._info[name]) for name, fn in self._entries.items()
-                if self._builtins.get(name) is not fn}
+                if self._builtins.get(name, (None,))[0] is not fn}
+
+    def unregister(self, name: str) -> None:
+        """Remove the entry a user registered as ``name``; a built-in it overrode comes back."""
+        if name not in self.user_entries():
+            raise ValueError(
+                f"{self.field}={name!r} is not a user registration (user registrations: "
+                f"{sorted(self.user_entries())}); built-in names cannot be removed."
+            )
+        if name in self._builtins:
+            self._entries[name], self._info[name] = self._builtins[name]
+        else:
+            del self._entries[name], self._info[name]
 
     def restore(self, entries: dict[str, tuple[F, Any]]) -> None:
         """File ``entries`` (from ``user_entries`` in another process) here, replacing a built-in
