@@ -31,14 +31,14 @@ def main(iterations: int) -> None:
     )
     algo = config.build_algo()
 
-    before = algo.evaluate_accuracy(num_problems=200)["accuracy"]
+    before = algo.evaluate_accuracy(num_problems=200)["pass@1"]
     print(f"held-out accuracy before training: {before:.3f}")
     for i in range(1, iterations + 1):
         result = algo.train()
         runners = result["env_runners"]
         print(f"iter {i:3d}  reward {runners['episode_return_mean']:.3f}  "
               f"train accuracy {runners['accuracy']:.3f}")
-    after = algo.evaluate_accuracy(num_problems=200)["accuracy"]
+    after = algo.evaluate_accuracy(num_problems=200)["pass@1"]
     print(f"held-out accuracy after training:  {after:.3f} ({(after - before) * 100:+.1f} points)")
 
     algo.stop()

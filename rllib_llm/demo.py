@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"rllib_llm demo: pg_variant={args.pg_variant}, engine={args.engine}, "
           f"budget {args.minutes} min, run dir {run_dir}")
     before = algo.evaluate_accuracy(num_problems=args.eval_problems)
-    print(f"held-out accuracy before: {before['accuracy']:.3f} ({before['num_problems']} problems)")
+    print(f"held-out accuracy before: {before['pass@1']:.3f} ({before['num_problems']} problems)")
     start = time.perf_counter()
     iteration = 0
     while iteration < args.max_iterations and time.perf_counter() - start < args.minutes * 60:
@@ -50,8 +50,8 @@ def main(argv: list[str] | None = None) -> dict:
         row = log.add(iteration, algo.train())
         print(log.progress_line(row), flush=True)
     after = algo.evaluate_accuracy(num_problems=args.eval_problems)
-    gain = after["accuracy"] - before["accuracy"]
-    print(f"held-out accuracy after:  {after['accuracy']:.3f} "
+    gain = after["pass@1"] - before["pass@1"]
+    print(f"held-out accuracy after:  {after['pass@1']:.3f} "
           f"({gain * 100:+.1f} points in {iteration} iterations, "
           f"{time.perf_counter() - start:.0f} s)")
     summary = {

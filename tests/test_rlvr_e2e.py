@@ -110,10 +110,10 @@ ALGORITHMS = {"topr": {"pg_variant": "topr"}, "grpo": {"pg_variant": "ppo"}}
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_algorithm_raises_held_out_accuracy(name):
     algo = embedded_config(**ALGORITHMS[name], adv_estimator="grpo", seed=1).build_algo()
-    before = algo.evaluate_accuracy(num_problems=500)["accuracy"]
+    before = algo.evaluate_accuracy(num_problems=500)["pass@1"]
     for _ in range(LEARNING_ITERATIONS):
         algo.train()
-    after = algo.evaluate_accuracy(num_problems=500)["accuracy"]
+    after = algo.evaluate_accuracy(num_problems=500)["pass@1"]
     algo.stop()
     assert after - before >= MIN_GAIN, (before, after)
 

@@ -22,10 +22,8 @@ from ray._common.deprecation import DEPRECATED_VALUE
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
+from rllib_llm import core
 from rllib_llm.algorithm.fields import ALIASES, FIELDS, FIELDS_BY_NAME, check_field
-
-GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_baseline")
-CRITIC_ESTIMATORS = ("gae",)
 
 # RLlib settings whose unit is an env step (a token here) or that RLVR's fields replace: a
 # non-default value is rejected, naming the field to use instead.
@@ -54,6 +52,11 @@ class RLVRConfig(AlgorithmConfig):
         super().__init__(algo_class=algo_class or RLVR)
         for f in FIELDS:
             setattr(self, f.name, copy.deepcopy(f.default))
+        # What the user registered in core's registries (pg variants, estimators, ...), captured
+        # by validate() and to_dict(): it travels with the config to remote learners (filed in
+        # RLVRLearner.build) and to a Tune trial's process (filed by validate()), which import
+        # rllib_llm afresh and know only the built-ins.
+        self.user_registrations: core.Registrations = {}
         # RLlib settings with LLM-RL defaults: undiscounted rewards, a small LR, clipped grads,
         # and sampling in the driver process unless the user asks for remote env runners.
         self.gamma = 1.0
@@ -99,6 +102,19 @@ class RLVRConfig(AlgorithmConfig):
         super().env_runners(**kwargs)
         return self
 
+    def to_dict(self) -> dict[str, Any]:
+        # Tune sends the config to its trial's process as this dict: the user's registrations go
+        # along (validate() files them there before checking the names).
+        config_dict = super().to_dict()
+        config_dict["user_registrations"] = self._registrations()
+        return config_dict
+
+    def _registrations(self) -> core.Registrations:
+        """This process's user registrations, after filing the ones this config carries (from
+        the process that built it)."""
+        core.restore_registrations(self.user_registrations)
+        return core.user_registrations()
+
     def update_from_dict(self, config_dict: dict[str, Any]) -> RLVRConfig:
         # Tune passes flat dicts: accept ROLL's aliases there too. A dict made by to_dict()
         # carries RLlib's num_epochs at its default next to ppo_epochs: that is no alias use.
@@ -131,14 +147,18 @@ class RLVRConfig(AlgorithmConfig):
 
     # --- validation -----------------------------------------------------------------------------
     def validate(self) -> None:
+        # Registered names are valid names; a config rebuilt in another process (a Tune trial's)
+        # brings the driver's registrations along.
+        self.user_registrations = self._registrations()
         _check_lr(self.lr)  # before RLlib's own check, whose message names no fix
         super().validate()
         for f in FIELDS:
-            check_field(f.name, getattr(self, f.name))
+            check_field(f.name, getattr(self, f.name), in_evaluation=self.in_evaluation)
         self._validate_rllib_settings()
         self._validate_combinations()
         self._validate_lengths()
         self._validate_env_config()
+        self._validate_evaluation()
 
     def _validate_rllib_settings(self) -> None:
         """RLlib's own settings that RLVR reads (grad_clip) or replaces."""
@@ -163,13 +183,14 @@ class RLVRConfig(AlgorithmConfig):
 
     def _validate_combinations(self) -> None:
         n = self.num_return_sequences_in_group
-        if self.adv_estimator in CRITIC_ESTIMATORS:
+        needs = core.adv_estimator_info(self.adv_estimator)
+        if needs.needs_critic:
             raise ValueError(
                 f"RLVRConfig.adv_estimator={self.adv_estimator!r} needs a critic (value model), "
                 "which rllib_llm does not ship yet. Use 'grpo', 'rloo', 'reinforce_baseline' or "
                 "'reinforce'."
             )
-        if self.adv_estimator in GROUP_ESTIMATORS and n < 2:
+        if needs.needs_groups and n < 2:
             raise ValueError(
                 f"RLVRConfig.num_return_sequences_in_group={n} is too small for "
                 f"adv_estimator={self.adv_estimator!r}: a group baseline needs >= 2 responses "
@@ -187,7 +208,8 @@ class RLVRConfig(AlgorithmConfig):
                 f"{self.tis_upper_bound}; the truncation interval must satisfy lower <= upper."
             )
         runners = max(1, self.num_env_runners)
-        if self.rollout_batch_size % runners:
+        # (An evaluation config's env runners are the evaluation ones: they take no batch.)
+        if self.rollout_batch_size % runners and not self.in_evaluation:
             raise ValueError(
                 f"RLVRConfig.rollout_batch_size={self.rollout_batch_size} must be divisible by "
                 f"num_env_runners={self.num_env_runners}, so every runner samples whole groups."
@@ -270,6 +292,22 @@ class RLVRConfig(AlgorithmConfig):
         context = self.model_context_length
         return None if context is None else context - self.response_length
 
+    def _validate_evaluation(self) -> None:
+        """RLlib's evaluation settings that RLVR.evaluate honours or rejects (see there)."""
+        if self.in_evaluation:
+            return
+        if self.evaluation_duration != 10 or self.evaluation_duration_unit != "episodes":
+            raise ValueError(
+                f"RLVRConfig.evaluation_duration={self.evaluation_duration!r} "
+                f"(evaluation_duration_unit={self.evaluation_duration_unit!r}) is not used: RLVR "
+                "evaluates a fixed set of held-out problems. Leave evaluation_duration at its "
+                "default and set eval_num_problems (and eval_num_samples responses per problem)."
+            )
+        if self.evaluation_interval:  # evaluation will run: its problems must be held out
+            from rllib_llm.algorithm.evaluation import check_held_out
+
+            check_held_out(self, self.get_evaluation_config_object())
+
     def _validate_rollout_engine(self) -> None:
         from rllib_llm.rollout.vllm_engine import INSTALL_HINT, vllm_installed
 
@@ -299,6 +337,14 @@ class RLVRConfig(AlgorithmConfig):
                 "recompute_old_logp=True (or None): vLLM reports log-probs renormalised over the "
                 "top-p nucleus, not the learner's log-probs."
             )
+
+    def held_out_env_overrides(self) -> dict[str, Any]:
+        """What the held-out env's config changes in env_config: the split, and the dataset when
+        eval_dataset names one."""
+        overrides: dict[str, Any] = {"split": self.eval_split}
+        if self.eval_dataset is not None:
+            overrides["dataset"] = self.eval_dataset
+        return overrides
 
     # --- what RLlib builds ----------------------------------------------------------------------
     @property

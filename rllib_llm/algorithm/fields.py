@@ -23,6 +23,9 @@ class Field:
     doc: str
     rule: Rule | None = None
     section: str = "training"
+    # The rule in an evaluation config (RLlib's `evaluation_config` overrides), where it differs:
+    # evaluation only samples, so e.g. temperature 0 (greedy) is fine there.
+    eval_rule: Rule | None = None
 
 
 def _is_number(v: Any) -> bool:
@@ -41,6 +44,14 @@ def non_negative(v: Any) -> str | None:
 def positive_int(v: Any) -> str | None:
     return None if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else (
         "must be an integer >= 1"
+    )
+
+
+def training_temperature(v: Any) -> str | None:
+    why = positive(v)
+    return None if why is None else (
+        f"{why} (the learner divides logits by it; for greedy evaluation set "
+        ".evaluation(evaluation_config={'temperature': 0}))"
     )
 
 
@@ -128,8 +139,10 @@ FIELDS: tuple[Field, ...] = (
           "Most tokens the policy may generate per response (episode truncation).", positive_int,
           "rollout"),
     Field("temperature", 1.0,
-          "Sampling temperature, finite and > 0. The learner scores tokens with logits / "
-          "temperature, exactly as the sampler drew them.", positive, "rollout"),
+          "Sampling temperature. The learner scores tokens with logits / temperature, exactly as "
+          "the sampler drew them. Evaluation samples at the evaluation config's temperature "
+          "(.evaluation(evaluation_config={'temperature': 0}): 0 = greedy, allowed there only).",
+          training_temperature, "rollout", eval_rule=non_negative),
     Field("top_p", 1.0, "Nucleus sampling mass, in (0, 1].", open_unit_interval, "rollout"),
     Field("rollout_engine", "torch",
           "Generation backend of the env runners: 'torch' (a batched decode loop with a KV cache "
@@ -316,10 +329,27 @@ FIELDS: tuple[Field, ...] = (
     Field("value_clip", None, "Critic value clip (used with adv_estimator='gae').",
           optional(positive), "advantage"),
     # --- evaluation -----------------------------------------------------------------------------
-    Field("eval_num_problems", 200, "Held-out problems scored by RLVR.evaluate_accuracy().",
+    # RLVR.evaluate (RLlib's evaluation step, every evaluation_interval iterations) and
+    # RLVR.evaluate_accuracy score held-out problems with the evaluation config: the training
+    # config with RLlib's evaluation_config overrides, so temperature, top_p and response_length
+    # there are evaluation's own (see RLVR.evaluate).
+    Field("eval_dataset", None,
+          "Held-out problems: None = the training env's dataset (env_config['dataset']) at "
+          "eval_split; or a dataset of their own: 'arithmetic', a local .jsonl/.json/.parquet "
+          "file, or a Hugging Face dataset name or directory (read at eval_split). A local file is "
+          "one split, so training on one needs an eval_dataset of its own: evaluation refuses to "
+          "score the training problems.", optional(text), "evaluation"),
+    Field("eval_split", "test",
+          "Split of the held-out problems (ignored for local files).", text, "evaluation"),
+    Field("eval_num_problems", 200,
+          "Held-out problems scored per evaluation: the first eval_num_problems of the held-out "
+          "dataset (all of them if it has fewer), shared out over the evaluation env runners.",
           positive_int, "evaluation"),
-    Field("eval_temperature", 1.0,
-          "Sampling temperature of evaluation; 0 = greedy.", non_negative, "evaluation"),
+    Field("eval_num_samples", 1,
+          "Responses sampled per held-out problem (n). pass@1 is the mean correctness of all "
+          "n responses (the unbiased estimator c/n of Chen et al. 2021, arXiv:2107.03374), and "
+          "pass@k with k = n the share of problems with at least one correct response.",
+          positive_int, "evaluation"),
 )
 
 FIELDS_BY_NAME: dict[str, Field] = {f.name: f for f in FIELDS}
@@ -332,9 +362,11 @@ ALIASES: dict[str, str] = {
 }
 
 
-def check_field(name: str, value: Any) -> None:
-    """Raise ValueError naming the field, the value and the rule, if `value` breaks the rule."""
-    rule = FIELDS_BY_NAME[name].rule
+def check_field(name: str, value: Any, *, in_evaluation: bool = False) -> None:
+    """Raise ValueError naming the field, the value and the rule, if `value` breaks the rule
+    (the field's evaluation rule, if it has one, in an evaluation config)."""
+    field = FIELDS_BY_NAME[name]
+    rule = field.eval_rule if in_evaluation and field.eval_rule else field.rule
     why = rule(value) if rule else None
     if why is not None:
         raise ValueError(f"RLVRConfig.{name}={value!r} is invalid: it {why}.")

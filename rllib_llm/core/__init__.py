@@ -39,7 +39,13 @@ from rllib_llm.core.kl import (
 )
 from rllib_llm.core.lm_losses import positive_nll_loss, roll_topr_terms
 from rllib_llm.core.masked import masked_mean, masked_sum, masked_var
-from rllib_llm.core.names import NameKind, registered_names
+from rllib_llm.core.names import (
+    NameKind,
+    Registrations,
+    registered_names,
+    restore_registrations,
+    user_registrations,
+)
 from rllib_llm.core.normalisation import (
     NORM_TYPES,
     NormType,
@@ -48,11 +54,14 @@ from rllib_llm.core.normalisation import (
     reward_norm,
     whiten,
 )
+from rllib_llm.core.pass_at_k import pass_at_k
 from rllib_llm.core.pipeline import (
     ADV_ESTIMATOR_REGISTRY,
     ADV_ESTIMATORS,
     AdvEstimator,
+    AdvEstimatorInfo,
     EstimatorInputs,
+    adv_estimator_info,
     compute_advantages,
     group_adv_estimator,
     last_token_rewards,
@@ -95,6 +104,7 @@ __all__ = [
     "TOPR_RATIO_LEVELS",
     "AdaptiveKLController",
     "AdvEstimator",
+    "AdvEstimatorInfo",
     "AggCounts",
     "AggMode",
     "EstimatorInputs",
@@ -105,8 +115,10 @@ __all__ = [
     "NormType",
     "PgVariant",
     "Registry",
+    "Registrations",
     "RolloutIsLevel",
     "RunningMeanStd",
+    "adv_estimator_info",
     "agg_counts",
     "agg_loss",
     "check_agg_mode",
@@ -124,6 +136,7 @@ __all__ = [
     "masked_mean",
     "masked_sum",
     "masked_var",
+    "pass_at_k",
     "pg_variant_params",
     "policy_loss",
     "positive_nll_loss",
@@ -134,10 +147,12 @@ __all__ = [
     "register_kl_estimator",
     "register_pg_variant",
     "registered_names",
+    "restore_registrations",
     "reward_norm",
     "rollout_is_weights",
     "rollout_mismatch_kl",
     "token_level_rewards",
+    "user_registrations",
     "value_loss",
     "value_loss_per_token",
     "whiten",

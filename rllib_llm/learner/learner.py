@@ -48,6 +48,7 @@ _STATE_KEY = "rlvr_learner"  # our part of the learner's checkpoint
 
 class RLVRLearner(TorchLearner):
     def build(self) -> None:
+        core.restore_registrations(self.config.user_registrations)  # the driver's, if remote
         set_torch_threads(self.config.num_torch_threads)
         super().build()
         cfg = self.config

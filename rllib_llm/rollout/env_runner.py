@@ -27,6 +27,7 @@ from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_
 from rllib_llm.envs.token_mdp import is_correct
 from rllib_llm.exchange.threads import set_torch_threads
 from rllib_llm.rollout.engine import SamplingParams
+from rllib_llm.rollout.evaluation import EvalShard, score_held_out, shard_indices
 from rllib_llm.rollout.replay import replay_response
 
 # Metric names (under env_runners/ in the results).
@@ -61,8 +62,9 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         self._sample_calls = 0  # training sample() calls so far: they seed the sampler
         self._weights_seq_no = 0  # version of the weights the engine samples with
         self._module_seq_no = 0  # version of the weights in self.module (what get_state returns)
-        self.env = self._make_env(split=None)
+        self.env = self._make_env(self._env_config())
         self._eval_env = None
+        self._eval_env_config: dict[str, Any] | None = None  # what _eval_env was built from
         self.make_module()
         self._engine = None  # built on first use: a driver-side runner may only ever evaluate
 
@@ -89,8 +91,9 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         return {k[len("model."):]: v for k, v in module_state.items() if k.startswith("model.")}
 
     # --- construction ---------------------------------------------------------------------------
-    def _env_config(self, split: str | None) -> dict[str, Any]:
-        cfg = self.config
+    def _env_config(self, config=None) -> dict[str, Any]:
+        """The env's config under `config` (default: this runner's)."""
+        cfg = config or self.config
         env_config = dict(cfg.env_config)
         env_config.update(
             model=cfg.model_name_or_path,
@@ -98,11 +101,9 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
             response_length=cfg.response_length,
             seed=(cfg.seed or 0) + (self.worker_index or 0),
         )
-        if split is not None:
-            env_config["split"] = split
         return env_config
 
-    def _make_env(self, split: str | None):
+    def _make_env(self, env_config: dict[str, Any]):
         from ray.tune.registry import ENV_CREATOR, _global_registry
 
         from rllib_llm.envs import register_envs
@@ -116,10 +117,10 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
                     "registers 'math_verify' (register yours with ray.tune.register_env)."
                 )
             creator = _global_registry.get(ENV_CREATOR, env_id)
-            return creator(self._env_config(split))
+            return creator(env_config)
         if env_id is None:
             raise ValueError("RLVRConfig needs an environment: call .environment('math_verify').")
-        return env_id(self._env_config(split))
+        return env_id(env_config)
 
     def make_module(self) -> None:
         spec = self.config.get_rl_module_spec(spaces=self.get_spaces(), inference_only=True)
@@ -239,21 +240,33 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
             m.log_value(f"verifier_{name}", count, reduce="max", window=1)
 
     # --- evaluation -----------------------------------------------------------------------------
-    def evaluate(self, *, num_problems: int, temperature: float, split: str = "test",
-                 seed: int = 0) -> dict[str, float]:
-        """Accuracy of one response per held-out problem (the first `num_problems` of `split`)."""
-        if self._eval_env is None or self._eval_env.split != split:
-            self._eval_env = self._make_env(split=split)
-        env = self._eval_env
-        num_problems = min(num_problems, env.num_problems)
-        infos = [env.reset(options={"prompt_index": i})[1] for i in range(num_problems)]
-        sampling = SamplingParams(temperature=temperature, top_p=self.config.top_p,
-                                  max_tokens=self.config.response_length, seed=seed)
-        responses = self.engine.generate([i["prompt_ids"] for i in infos], 1, sampling)
-        episodes = self._episodes(env, list(range(num_problems)), responses)
-        return {"accuracy": float(np.mean([_is_correct(e) for e in episodes])),
-                "response_length_mean": float(np.mean([len(e) for e in episodes])),
-                "num_problems": num_problems}
+    def evaluate(self, *, config, shard: int = 0, num_shards: int = 1, seed: int = 0) -> EvalShard:
+        """Score this runner's share of the held-out problems (see `RLVR.evaluate`).
+
+        Args:
+            config: the algorithm's evaluation config: its held-out data set (`eval_dataset`,
+                `eval_split`), `eval_num_problems`, `eval_num_samples` and sampling arguments
+                (`temperature`, 0 = greedy; `top_p`; `response_length`) are the evaluation's.
+            shard, num_shards: this runner scores problems `shard, shard + num_shards, ...` of
+                the first `eval_num_problems`.
+            seed: the evaluation's sampling seed; the training sampler's state is not touched.
+        """
+        env = self._held_out_env(config)
+        num_problems = min(config.eval_num_problems, env.num_problems)
+        sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p,
+                                  max_tokens=config.response_length, seed=seed)
+        return score_held_out(env, self.engine, shard_indices(num_problems, shard, num_shards),
+                              config.eval_num_samples, sampling, num_problems)
+
+    def _held_out_env(self, config):
+        """The env of the held-out problems under `config`, kept while that stays the same."""
+        env_config = {**self._env_config(config), **config.held_out_env_overrides()}
+        if self._eval_env is None or self._eval_env_config != env_config:
+            if self._eval_env is not None:
+                self._eval_env.close()
+            self._eval_env = self._make_env(env_config)
+            self._eval_env_config = env_config
+        return self._eval_env
 
     # --- weight sync by broadcast (weight_sync_backend "nccl"/"gloo"; see weight_broadcast) ----
     def join_weight_broadcast(self, *, first_rank: int, **address) -> None:
