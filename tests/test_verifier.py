@@ -410,10 +410,18 @@ def test_math_verify_own_timeout_is_a_timeout():
 
 
 def test_math_verify_own_parse_timeout_is_a_timeout():
-    from rllib_llm.envs.verify_worker import INNER_TIMEOUT, math_verify_equal
+    import subprocess
+    import sys
 
-    # Parsing 20,000 terms takes seconds; math-verify's own 1 s alarm ends it.
-    assert math_verify_equal("x+" * 20_000 + "1", "1", 1) == INNER_TIMEOUT
+    from rllib_llm.envs.verify_worker import INNER_TIMEOUT
+
+    # Parsing 20,000 terms takes seconds; math-verify's own 1 s alarm ends it. In a fresh process,
+    # as in a verifier worker: here hypothesis's gc callback can swallow the alarm's exception.
+    code = ("from rllib_llm.envs.verify_worker import math_verify_equal; "
+            "print(math_verify_equal('x+' * 20_000 + '1', '1', 1))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert out.stdout.strip().splitlines()[-1] == INNER_TIMEOUT
 
 
 def test_math_verify_equal_refuses_a_thread():
