@@ -22,6 +22,10 @@ EMBEDDED_TRAINING = {
     "use_kl_loss": False,
 }
 
+# Iterations of `make demo` (python -m rllib_llm.demo): a budget in iterations, not minutes, so
+# every machine gets the same result, a slower one later.
+DEMO_ITERATIONS = 600
+
 
 def embedded_config(pg_variant: str = "topr", *, seed: int = 0, **overrides):
     """The RLVRConfig of the demo and the learning tests."""

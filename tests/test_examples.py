@@ -1,0 +1,74 @@
+"""Every file in examples/ runs as a user would run it, with a short budget, and learns.
+
+An example takes `--iterations`, `--eval-problems` and `--min-gain` (accuracy points), prints a
+line starting with "learned:" when held-out accuracy rose by at least --min-gain, and exits with
+status 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.py"))
+
+# The budget of tests/test_learning.py's TOPR test (the same run), for the same reason: a gain
+# clear of the evaluation's noise in a short run.
+SHORT_BUDGET = ["--iterations", "150", "--eval-problems", "300", "--min-gain", "8"]
+
+
+def test_there_are_examples():
+    assert EXAMPLES, "examples/ is empty"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_example_learns_with_a_short_budget(example):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    run = subprocess.run([sys.executable, str(example), *SHORT_BUDGET], capture_output=True,
+                         text=True, timeout=600, env=env, cwd=example.parent)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-4000:]
+    learned = re.search(r"^learned: ([+-][0-9.]+) points", run.stdout, re.MULTILINE)
+    assert learned, out[-4000:]
+    assert float(learned.group(1)) >= 8.0
+
+
+def test_demo_runs_its_iteration_budget_and_writes_the_run_directory(tmp_path):
+    import json
+
+    from rllib_llm import demo
+
+    summary = demo.main(["--iterations", "2", "--eval-problems", "20",
+                         "--run-dir", str(tmp_path)])
+    assert summary["iterations"] == 2
+    assert summary["eval_before"]["num_problems"] == summary["eval_after"]["num_problems"] == 20
+    assert json.loads((tmp_path / "summary.json").read_text())["iterations"] == 2
+    rows = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(r)["iteration"] for r in rows] == [1.0, 2.0]
+
+
+class CountingAlgo:
+    """Stands in for RLVR in the demo's loop: counts train() calls, returns an empty result."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def train(self) -> dict:
+        self.calls += 1
+        return {}
+
+
+def test_demo_minutes_cap_stops_training_early(tmp_path):
+    from rllib_llm.demo import train
+    from rllib_llm.run_log import RunLog
+
+    algo = CountingAlgo()
+    assert train(algo, RunLog(tmp_path / "a"), iterations=5, minutes=None)[0] == 5
+    assert train(algo, RunLog(tmp_path / "b"), iterations=5, minutes=0)[0] == 0
+    assert algo.calls == 5
