@@ -19,7 +19,7 @@ EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.py"
 
 # The budget of tests/test_learning.py's TOPR test (the same run), for the same reason: a gain
 # clear of the evaluation's noise in a short run.
-SHORT_BUDGET = ["--iterations", "150", "--eval-problems", "300", "--min-gain", "8"]
+SHORT_BUDGET = ["--iterations", "150", "--eval-problems", "500", "--min-gain", "8"]
 
 
 def test_there_are_examples():
