@@ -107,9 +107,8 @@ class RLVR(Algorithm):
         return state
 
     def set_state(self, state) -> None:
-        """RLlib's restore, plus each remote runner's sampler state; then every runner gets
-        the restored weights with their version (RLlib's sync skips runners whose version
-        looks newer)."""
+        """RLlib's restore (it syncs the restored weights and their version to every runner;
+        tests/test_resume.py checks it), plus each remote runner's sampler state."""
         super().set_state(state)
         samplers = state.get(REMOTE_SAMPLERS)
         group = self.env_runner_group
