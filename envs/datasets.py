@@ -5,18 +5,24 @@
   `prompt_key`/`answer_key` do not apply.
 - A path ending in `.jsonl` (one JSON object per line), `.json` (a list of objects) or `.parquet`:
   a local file is one split, so `split` is ignored (point at another file for another split), and
-  no keyword arguments apply.
+  no keyword arguments apply. JSON files must be UTF-8. Any other existing file (a `.csv`, a
+  `.txt`) is refused at once, naming the suffixes that work, and so is a path (absolute, or
+  starting with `./`, `../` or `~`) that does not exist: neither is sent to the hub as a name.
 - Anything else: a Hugging Face dataset, via `datasets.load_dataset(dataset, split=split,
   **kwargs)` (a hub name, on a machine that can reach the hub, or a local directory of data
   files), or `datasets.load_from_disk` for a directory written by `save_to_disk`.
 
 Answers are turned into strings; a GSM8K-style answer holding a worked solution ("... #### 72")
-becomes the text after its last `####` ("72"), which is what the verifier compares against.
+becomes the text after its last `####` ("72"), which is what the verifier compares against. A
+number becomes the decimal a model would write: a JSON 1e-05 becomes "0.00001", not "1e-05".
 """
 
 from __future__ import annotations
 
+import codecs
 import json
+import math
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +66,26 @@ def load_problems(
             )
         records, source = _read_file(Path(dataset)), dataset
     else:
+        _check_not_a_local_file(dataset)
         records, source = _load_hf(dataset, split, kwargs), f"{dataset} (split={split!r})"
     return _to_problems(records, prompt_key, answer_key, source)
+
+
+def _check_not_a_local_file(dataset: str) -> None:
+    """Refuse a local file (not one of `FILE_SUFFIXES`) and a local path that is missing.
+
+    Either would otherwise go to `datasets.load_dataset` as a hub name: a network wait, then a
+    message about repo ids.
+    """
+    path = Path(dataset).expanduser()
+    if path.is_file():
+        raise ValueError(
+            f"dataset file {dataset!r} has the suffix {path.suffix!r}, which is not read here; "
+            f"the supported suffixes are {list(FILE_SUFFIXES)}: convert it to .jsonl, or name "
+            f"a datasets builder, e.g. dataset='csv', dataset_kwargs={{'data_files': {dataset!r}}}"
+        )
+    if dataset.startswith(("/", "./", "../", "~")) and not path.exists():
+        raise FileNotFoundError(f"dataset path {dataset!r} does not exist; check the path")
 
 
 def _read_file(path: Path) -> list[dict]:
@@ -72,20 +96,36 @@ def _read_file(path: Path) -> list[dict]:
         import pyarrow.parquet as pq
 
         return pq.read_table(path).to_pylist()
+    text = _read_utf8(path)
     if path.suffix == ".jsonl":
         records = []
-        with path.open(encoding="utf-8") as f:
-            for line_number, line in enumerate(f, start=1):
-                if line.strip():
-                    records.append(_json_record(line, f"{path}:{line_number}"))
+        for line_number, line in enumerate(text.split("\n"), start=1):
+            if line.strip():
+                records.append(_json_record(line, f"{path}:{line_number}"))
     else:
-        records = json.loads(path.read_text(encoding="utf-8"))
+        records = json.loads(text)
         if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
             raise ValueError(
                 f"dataset file {str(path)!r} must hold a JSON list of objects, one per problem; "
                 'write it as [{"prompt": ..., "answer": ...}, ...] or use .jsonl'
             )
     return records
+
+
+def _read_utf8(path: Path) -> str:
+    """The file's text; a byte that is not UTF-8 is named with its offset and line."""
+    data = path.read_bytes()
+    start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0  # as editors write
+    try:
+        return data[start:].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        offset = start + exc.start
+        line = data.count(b"\n", 0, offset) + 1
+        raise ValueError(
+            f"dataset file {str(path)!r} is not UTF-8: byte {offset} (line {line}) is "
+            f"{data[offset : offset + 1]!r}; a dataset file must be UTF-8: re-encode it "
+            "(e.g. `iconv -f latin1 -t utf-8 in.jsonl > out.jsonl`)"
+        ) from None
 
 
 def _json_record(line: str, where: str) -> dict:
@@ -148,7 +188,10 @@ def _answer_text(answer: Any, index: int, answer_key: str, source: str) -> str:
             f"record {index} of {source}: {answer_key}={answer!r} must be a string or a number; "
             "fix or drop that record"
         )
-    text = str(answer)
+    if isinstance(answer, float):
+        text = _float_text(answer, index, answer_key, source)
+    else:
+        text = str(answer)
     if _HASH in text:
         # GSM8K: a worked solution whose final answer follows "####".
         text = text.rsplit(_HASH, 1)[1]
@@ -159,3 +202,20 @@ def _answer_text(answer: Any, index: int, answer_key: str, source: str) -> str:
             "that record"
         )
     return text
+
+
+def _float_text(answer: float, index: int, answer_key: str, source: str) -> str:
+    """A float as a decimal a model could write: 1e-05 -> "0.00001", 1e+20 -> "1000...0".
+
+    `str()` would give "1e-05", which math-verify reads as 1*e - 5 (Euler's e), so no answer could
+    match it. `repr` is the shortest text that reads back as the same float (0.1, not
+    0.1000000000000000055...; 1e23, not int(1e23) = 99999999999999991611392); `Decimal` writes it
+    out without an exponent.
+    """
+    if not math.isfinite(answer):
+        raise ValueError(
+            f"record {index} of {source}: {answer_key}={answer!r} must be a finite number; fix or "
+            "drop that record"
+        )
+    text = format(Decimal(repr(answer)), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text  # 72.0 -> "72"

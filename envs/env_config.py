@@ -15,6 +15,7 @@ from rllib_llm.envs.answer_extraction import EXTRACTIONS
 from rllib_llm.envs.validation import (
     check_choice,
     check_finite,
+    check_fraction,
     check_int,
     check_positive_seconds,
     check_str,
@@ -52,8 +53,16 @@ class MathVerifyEnvConfig:
 
     prompt_length: int = 64
     """Maximum prompt length in tokens (after `encode_prompt`, chat template included). Longer
-    prompts are dropped when the env loads, and counted in `MathVerifyEnv.num_dropped_prompts`;
-    an error if none remain."""
+    prompts are dropped when the env loads, counted in `MathVerifyEnv.num_dropped_prompts` and
+    logged as a warning; more than `max_dropped_prompt_fraction` of them is an error."""
+
+    max_dropped_prompt_fraction: float = 0.1
+    """Largest share of the dataset's prompts, in [0, 1], that may be dropped for being longer
+    than `prompt_length` (or empty): beyond it the env refuses to build, naming the count and the
+    longest prompt's length, because training on what is left is not training on the dataset
+    (a chat template can push most GSM8K prompts past 64 tokens). 0: any dropped prompt is an
+    error; 1: any loss that leaves a prompt is accepted. The share is
+    `MathVerifyEnv.dropped_prompt_fraction`."""
 
     response_length: int = 16
     """Maximum agent tokens per episode, >= 1: the episode is truncated after this many tokens
@@ -102,6 +111,11 @@ class MathVerifyEnvConfig:
                 "use e.g. {'name': 'main'} or {}"
             )
         check_int("prompt_length", self.prompt_length, minimum=1, fix="use e.g. 64")
+        check_fraction(
+            "max_dropped_prompt_fraction",
+            self.max_dropped_prompt_fraction,
+            fix="use e.g. 0.1 (a tenth of the prompts may be too long)",
+        )
         check_int("response_length", self.response_length, minimum=1, fix="use e.g. 16")
         check_choice("answer_extraction", self.answer_extraction, EXTRACTIONS)
         check_finite("correct_score", self.correct_score, fix="use e.g. 1.0")

@@ -14,8 +14,9 @@ The token-level MDP (see `token_mdp` for the shared conventions):
   episode's end are refused with ValueError before anything is consumed (the env is unchanged):
   an engine that generates past EOS is a bug to surface, not to hide.
 
-Memory: the env keeps the prompt ids and the list of actions of the current episode, O(T); infos
-of non-final steps are empty dicts.
+Memory: the env keeps the prompt ids and a buffer of `response_length` action ids, O(T); infos
+of non-final steps are empty dicts (`step_chunk` returns the shared read-only
+`token_mdp.EMPTY_INFO` for them, and numpy arrays for the rest: no Python object per token).
 
 Multi-turn (not used by this env): an env may append tokens of its own after an agent token (a
 tool's output once the agent closes a tool call). They go in that step's info under
@@ -37,6 +38,7 @@ compare dominate; batching 64 responses over 2 workers saved ~10% on 2 busy core
 
 from __future__ import annotations
 
+import array
 import operator
 import random
 import weakref
@@ -46,8 +48,12 @@ from typing import Any, ClassVar
 import gymnasium
 import numpy as np
 from rllib_llm.envs.env_config import MathVerifyEnvConfig
-from rllib_llm.envs.problem_set import load_problem_set, load_tokenizer_by_name
-from rllib_llm.envs.token_mdp import PROMPT_IDS, ChunkResult
+from rllib_llm.envs.problem_set import (
+    check_dropped_share,
+    load_problem_set,
+    load_tokenizer_by_name,
+)
+from rllib_llm.envs.token_mdp import EMPTY_INFO, PROMPT_IDS, VERIFIER_INFO, ChunkResult
 from rllib_llm.envs.verifier import (
     Verification,
     VerifierCounters,
@@ -55,7 +61,6 @@ from rllib_llm.envs.verifier import (
     release_shared_verifier,
 )
 
-VERIFIER_INFO = "verifier"  # final step info: the verdict, as a dict
 RESPONSE_INFO = "response"  # final step info: the decoded response text
 RESET_OPTIONS = ("prompt_index",)
 
@@ -71,6 +76,8 @@ class MathVerifyEnv(gymnasium.Env):
         tokenizer: the tokenizer (the env runner's engine uses it too).
         num_problems: problems available after dropping overlong prompts.
         num_dropped_prompts: problems dropped because their prompt exceeds `prompt_length`.
+        dropped_prompt_fraction: their share of the dataset, at most
+            `max_dropped_prompt_fraction` (the constructor raises ValueError beyond it).
         split: the dataset split.
     """
 
@@ -102,8 +109,15 @@ class MathVerifyEnv(gymnasium.Env):
             dataset_kwargs=cfg.dataset_kwargs,
             prompt_length=cfg.prompt_length,
         )
+        check_dropped_share(
+            self._problems,
+            max_fraction=cfg.max_dropped_prompt_fraction,
+            prompt_length=cfg.prompt_length,
+            source=f"{cfg.dataset!r} (split={cfg.split!r})",
+        )
         self.num_problems = len(self._problems.prompts)
         self.num_dropped_prompts = self._problems.num_dropped
+        self.dropped_prompt_fraction = self._problems.dropped_fraction
         self._verifier = acquire_shared_verifier(**cfg.verifier_options())
         # Releases the shared verifier on close() or when the env is garbage-collected.
         self._release = weakref.finalize(self, release_shared_verifier, self._verifier)
@@ -111,11 +125,16 @@ class MathVerifyEnv(gymnasium.Env):
         self._order_rng = random.Random(cfg.seed)
         self._order: list[int] = []
         self._order_pos = 0
-        # The current episode: its prompt and the agent's tokens so far (O(T) in all).
+        # The current episode: its prompt and the agent's tokens so far, the first
+        # `_num_actions` entries of a buffer reused by every episode (O(T) in all).
         self._prompt_index = -1
         self._prompt_ids: tuple[int, ...] = ()
-        self._actions: list[int] = []
+        self._actions = np.zeros(self.response_length, dtype=np.int64)
+        self._num_actions = 0
         self._running = False
+        # Texts `verify_responses` decoded, by token bytes: `_finish` reuses them instead of
+        # decoding the same response twice (a decode costs as much as the rest of an episode).
+        self._verified_texts: dict[bytes, str] = {}
 
     # --- gymnasium API --------------------------------------------------------------------------
     def reset(
@@ -131,7 +150,7 @@ class MathVerifyEnv(gymnasium.Env):
         problems = self._problems
         self._prompt_index = index
         self._prompt_ids = problems.prompt_ids[index]
-        self._actions = []
+        self._num_actions = 0
         self._running = True
         info = {
             PROMPT_IDS: list(self._prompt_ids),
@@ -145,11 +164,12 @@ class MathVerifyEnv(gymnasium.Env):
         """Append the agent's token; reward and verdict arrive on the episode's last step."""
         self._check_running("step")
         token = self._check_token(action)
-        self._actions.append(token)
+        self._actions[self._num_actions] = token
+        self._num_actions += 1
         if token == self.eos_token_id:
             reward, info = self._finish(None)
             return token, reward, True, False, info
-        if len(self._actions) >= self.response_length:
+        if self._num_actions >= self.response_length:
             reward, info = self._finish(None)
             return token, reward, False, True, info
         return token, 0.0, False, False, {}
@@ -171,28 +191,31 @@ class MathVerifyEnv(gymnasium.Env):
                 response; used instead of verifying when this chunk ends the episode.
         """
         self._check_running("step_chunk")
-        tokens = self._check_tokens(actions)
-        end, terminated = self._episode_end(tokens, len(self._actions))
-        if end < len(tokens):
+        tokens = self._check_tokens(actions)  # (n,) int64
+        n, done = len(tokens), self._num_actions
+        end, terminated = self._episode_end(tokens, done)
+        if end < n:
             raise ValueError(
-                f"step_chunk got {len(tokens)} tokens but the episode ends at token {end} of the "
+                f"step_chunk got {n} tokens but the episode ends at token {end} of the "
                 f"chunk ({'EOS' if terminated else 'response_length'}); pass the response up to "
                 "and including its last token"
             )
-        truncated = not terminated and len(self._actions) + end >= self.response_length
+        truncated = not terminated and done + n >= self.response_length
         if verification is not None and not (terminated or truncated):
             raise ValueError(
                 "step_chunk got a verification but its tokens do not end the episode; pass "
                 "verification only with the chunk that ends it"
             )
-        self._actions.extend(tokens)
-        n = len(tokens)
-        rewards, terminateds, truncateds = [0.0] * n, [False] * n, [False] * n
-        infos: list[dict[str, Any]] = [{} for _ in range(n)]
+        self._actions[done : done + n] = tokens
+        self._num_actions += n
+        rewards = np.zeros(n, dtype=np.float64)
+        terminateds, truncateds = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+        infos = [EMPTY_INFO] * n
         if terminated or truncated:
             rewards[-1], infos[-1] = self._finish(verification)
             terminateds[-1], truncateds[-1] = terminated, truncated
-        return ChunkResult(tokens, rewards, terminateds, truncateds, infos)
+        # The observation after each token is that token: this env appends none of its own.
+        return ChunkResult(tokens, tokens, rewards, terminateds, truncateds, infos)
 
     def verify_responses(
         self, prompt_indices: Sequence[int], responses: Sequence[Sequence[int]]
@@ -209,17 +232,18 @@ class MathVerifyEnv(gymnasium.Env):
                 "responses; pass one prompt index per response"
             )
         texts, answers = [], []
+        self._verified_texts = {}
         for index, response in zip(prompt_indices, responses):
             tokens = self._check_tokens(response)
             end, _ = self._episode_end(tokens, 0)
-            texts.append(self._decode(tokens[:end]))
+            texts.append(self._decode(tokens[:end], keep=True))
             answers.append(self._problems.answers[self._check_prompt_index(index)])
         return self._verifier.score_batch(texts, answers)
 
     # --- state and metrics ----------------------------------------------------------------------
     def state_token_ids(self) -> list[int]:
         """The current state: prompt ids, then the agent's tokens (this env appends none)."""
-        return [*self._prompt_ids, *self._actions]
+        return [*self._prompt_ids, *self._actions[: self._num_actions].tolist()]
 
     def verifier_metrics(self) -> dict[str, int]:
         """Counters over this env's finished episodes: `verifier.METRIC_NAMES` -> count.
@@ -227,6 +251,16 @@ class MathVerifyEnv(gymnasium.Env):
         Per env (summing over envs is correct), cumulative since construction.
         """
         return self._counters.as_dict()
+
+    def order_state(self) -> dict[str, Any]:
+        """Where `reset()` stands in its seeded walk over the data set (for checkpoints)."""
+        return {"rng": self._order_rng.getstate(), "order": list(self._order),
+                "position": self._order_pos}
+
+    def set_order_state(self, state: Mapping[str, Any]) -> None:
+        """Continue the walk from `order_state()`'s result: the same problems follow."""
+        self._order_rng.setstate(state["rng"])
+        self._order, self._order_pos = list(state["order"]), state["position"]
 
     # --- internals ------------------------------------------------------------------------------
     def _chosen_index(self, options: Mapping[str, Any] | None) -> int:
@@ -275,41 +309,62 @@ class MathVerifyEnv(gymnasium.Env):
             )
         return token
 
-    def _check_tokens(self, actions: Sequence[int] | np.ndarray) -> list[int]:
+    def _check_tokens(self, actions: Sequence[int] | np.ndarray) -> np.ndarray:
+        """`actions` as a new (n,) int64 array of token ids; ValueError naming a bad one."""
         if isinstance(actions, np.ndarray):
             if actions.ndim != 1 or actions.dtype.kind not in "iu":
                 raise ValueError(
                     f"actions must be a 1-D integer array, got shape {actions.shape} dtype "
                     f"{actions.dtype}; pass the response's token ids"
                 )
-            tokens = actions.tolist()
+            tokens = actions
         else:
-            try:
-                tokens = list(map(operator.index, actions))
-            except TypeError:
-                tokens = [self._check_token(a) for a in actions]  # raises, naming the culprit
-        if not tokens:
+            tokens = _int_array(actions)
+            if tokens is None:  # some value is no token id: check one by one, naming it
+                tokens = np.array([self._check_token(a) for a in actions], dtype=np.int64)
+        if tokens.size == 0:
             raise ValueError("got an empty token sequence; pass at least one token id")
-        if min(tokens) < 0 or max(tokens) >= self.vocab_size:
-            self._check_token(next(t for t in tokens if not 0 <= t < self.vocab_size))  # raises
-        return tokens
+        if tokens.min() < 0 or tokens.max() >= self.vocab_size:
+            self._check_token(next(t for t in tokens.tolist() if not 0 <= t < self.vocab_size))
+        return tokens.astype(np.int64)  # a copy: results never alias the caller's array
 
-    def _episode_end(self, tokens: list[int], num_actions: int) -> tuple[int, bool]:
+    def _episode_end(self, tokens: np.ndarray, num_actions: int) -> tuple[int, bool]:
         """How many of `tokens` the episode consumes after `num_actions`, and if EOS ends it."""
         limit = min(len(tokens), self.response_length - num_actions)
-        try:
-            return tokens.index(self.eos_token_id, 0, limit) + 1, True
-        except ValueError:
-            return limit, False
+        eos = np.flatnonzero(tokens[:limit] == self.eos_token_id)
+        if eos.size:
+            return int(eos[0]) + 1, True
+        return limit, False
 
-    def _decode(self, tokens: list[int]) -> str:
-        return self.tokenizer.decode(tokens, skip_special_tokens=True)
+    def _decode(self, tokens: np.ndarray, *, keep: bool = False) -> str:
+        """The response text (special tokens skipped); `keep` it for `_finish` to reuse."""
+        # An array, not a list: transformers checks a list's items one by one in Python.
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        if keep:
+            self._verified_texts[tokens.tobytes()] = text
+        return text
 
     def _finish(self, verification: Verification | None) -> tuple[float, dict[str, Any]]:
         """End the episode: score the response (unless precomputed) and build the final info."""
         self._running = False
-        text = self._decode(self._actions)
+        tokens = self._actions[: self._num_actions]
+        # Decoding is a function of the token ids alone: a text kept for them is exact.
+        text = self._verified_texts.pop(tokens.tobytes(), None)
+        if text is None:
+            text = self._decode(tokens)
         if verification is None:
             verification = self._verifier.score(text, self._problems.answers[self._prompt_index])
         self._counters.add(verification)
         return verification.score, {VERIFIER_INFO: verification.as_info(), RESPONSE_INFO: text}
+
+
+def _int_array(values: Sequence[Any]) -> np.ndarray | None:
+    """`values` as an (n,) int64 array, or None unless each is an integer (`operator.index`).
+
+    `array.array` converts at C speed with exactly `operator.index`'s rule (bools and numpy
+    integers pass, floats and strings fail), faster than numpy's dtype discovery.
+    """
+    try:
+        return np.frombuffer(array.array("q", values), dtype=np.int64)
+    except (TypeError, OverflowError):
+        return None

@@ -31,12 +31,19 @@ class ProblemSet:
         prompt_ids: token ids of each prompt, from `rllib_llm.models.encode_prompt`.
         num_dropped: problems dropped because their prompt had 0 or more than `prompt_length`
             tokens.
+        longest_prompt: tokens in the dataset's longest prompt, kept or dropped.
     """
 
     prompts: tuple[str, ...]
     answers: tuple[str, ...]
     prompt_ids: tuple[tuple[int, ...], ...]
     num_dropped: int
+    longest_prompt: int
+
+    @property
+    def dropped_fraction(self) -> float:
+        """Share of the dataset's problems that were dropped, in [0, 1)."""
+        return self.num_dropped / (self.num_dropped + len(self.prompts))
 
 
 _CACHE_SIZE = 8
@@ -90,9 +97,10 @@ def load_problem_set(
 def _tokenize(tokenizer, problems: list[dict], prompt_length: int, source: str) -> ProblemSet:
     from rllib_llm.models import encode_prompt
 
-    kept, shortest = [], None
+    kept, shortest, longest = [], None, 0
     for problem in problems:
         ids = tuple(encode_prompt(tokenizer, problem["prompt"]))
+        longest = max(longest, len(ids))
         if 1 <= len(ids) <= prompt_length:
             kept.append((problem["prompt"], problem["answer"], ids))
         elif ids:
@@ -113,4 +121,23 @@ def _tokenize(tokenizer, problems: list[dict], prompt_length: int, source: str) 
             prompt_length,
         )
     prompts, answers, prompt_ids = zip(*kept, strict=True)
-    return ProblemSet(prompts, answers, prompt_ids, num_dropped)
+    return ProblemSet(prompts, answers, prompt_ids, num_dropped, longest)
+
+
+def check_dropped_share(
+    problem_set: ProblemSet, *, max_fraction: float, prompt_length: int, source: str
+) -> None:
+    """Refuse a problem set that lost more than `max_fraction` of its prompts to `prompt_length`.
+
+    Raises ValueError naming the count, the total, the longest prompt and both fixes.
+    """
+    if problem_set.dropped_fraction <= max_fraction:
+        return
+    total = problem_set.num_dropped + len(problem_set.prompts)
+    raise ValueError(
+        f"prompt_length={prompt_length} drops {problem_set.num_dropped} of {total} prompts of "
+        f"{source} ({problem_set.dropped_fraction:.1%}), more than max_dropped_prompt_fraction="
+        f"{max_fraction}; the longest prompt has {problem_set.longest_prompt} tokens (chat "
+        f"template included): raise prompt_length (to {problem_set.longest_prompt} to keep them "
+        "all), or raise max_dropped_prompt_fraction to train on what is left"
+    )

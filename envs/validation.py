@@ -1,8 +1,8 @@
 """Checks for user-facing settings, with messages naming the field, the value, the rule and a fix.
 
 The environment config and the verifier validate the same kinds of values (a count, a positive
-duration, a choice among names); these helpers keep their messages in one shape, so a user who sees
-one knows how to read them all.
+duration, a share, a choice among names); these helpers keep their messages in one shape, so a
+user who sees one knows how to read them all.
 """
 
 from __future__ import annotations
@@ -30,6 +30,13 @@ def check_finite(field: str, value: Any, *, fix: str) -> float:
     """Return `value` as a float if it is a finite number (scores feed advantages: no NaN)."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ValueError(f"{field}={value!r} must be a finite number; {fix}")
+    return float(value)
+
+
+def check_fraction(field: str, value: Any, *, fix: str) -> float:
+    """Return `value` as a float if it is a number in [0, 1]."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise ValueError(f"{field}={value!r} must be a number in [0, 1]; {fix}")
     return float(value)
 
 

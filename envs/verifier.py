@@ -2,17 +2,20 @@
 
 Two steps per response:
 1. Extract the final answer from the response, in this process (`answer_extraction`: linear-time
-   scans, so even a 100 kB response costs about a millisecond).
-2. Compare it with the ground truth using math-verify (`parse` with LaTeX and plain-expression
-   extraction, then `verify`), in a pool of worker processes with a hard wall-clock limit
-   (`verify_pool`): answers are hostile input, and sympy can run for minutes or crash on them.
-   A call that overruns is killed with its worker and scored `wrong_score`; a crash likewise.
+   scans, so even a 100 kB response costs about a millisecond), and normalise it and the ground
+   truth alike (`normalize_answer`: Unicode digits to ASCII, scientific notation written out).
+2. Compare them using math-verify (`parse` with LaTeX and plain-expression extraction, then
+   `verify`), in a pool of worker processes with a hard wall-clock limit (`verify_pool`): answers
+   are hostile input, and sympy can run for minutes or crash on them. A call that overruns is
+   killed with its worker, or ended by math-verify's own shorter limit, and scored `wrong_score`
+   as a timeout; a crash likewise, as an error.
 
-Fast path: when the extracted answer and the ground truth are both plain decimals ("72", "-3",
+Fast path: when the normalised answer and ground truth are both plain decimals ("72", "-3",
 "0.5"), they are compared in process with `Decimal`, never touching the pool (about a
 microsecond instead of a pipe round trip). It decides only where math-verify would decide the
 same: equal values, or unequal integers; unequal non-integers still go to math-verify, which
-rounds to 6 decimals. The built-in arithmetic task never starts a worker process at all.
+rounds to 6 decimals. A property test holds it to that on generated answers. The built-in
+arithmetic task never starts a worker process at all.
 
 Scoring: `correct_score` or `wrong_score`, plus `format_score` whenever an answer could be
 extracted (a format bonus; −1/+1 scoring is `wrong_score=-1`). A response with no answer, a
@@ -29,13 +32,19 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rllib_llm.envs.answer_extraction import EXTRACTIONS, compare_plain_decimals, extract_answer
+from rllib_llm.envs.answer_extraction import (
+    EXTRACTIONS,
+    compare_plain_decimals,
+    extract_answer,
+    normalize_answer,
+)
 from rllib_llm.envs.validation import check_choice, check_finite, check_int, check_positive_seconds
 from rllib_llm.envs.verify_pool import HardTimeoutPool, Outcome
+from rllib_llm.envs.verify_worker import INNER_TIMEOUT
 
 # Metric names: counters of `MathVerifier.metrics()` and `MathVerifyEnv.verifier_metrics()`.
 VERIFICATIONS = "verifications"  # responses scored
-TIMEOUTS = "timeouts"  # killed at the wall-clock limit, scored wrong
+TIMEOUTS = "timeouts"  # killed at the wall-clock limit or ended by math-verify's, scored wrong
 ERRORS = "errors"  # math-verify raised or its worker died, scored wrong
 FAST_PATH = "fast_path"  # decided in process without math-verify
 METRIC_NAMES = (VERIFICATIONS, TIMEOUTS, ERRORS, FAST_PATH)
@@ -48,8 +57,10 @@ class Verification:
     Attributes:
         score: the reward (see the module docstring for how it is composed).
         correct: whether the extracted answer equals the ground truth.
-        extracted: the answer found in the response, None if there was none.
-        timed_out: the comparison was killed at the time limit.
+        extracted: the answer found in the response as compared (`normalize_answer`), None if
+            there was none.
+        timed_out: the comparison ran out of time: killed at the hard limit, or ended by
+            math-verify's own limit before it found the answer equal.
         error: why the comparison failed (an exception or a dead worker), else None.
         fast_path: decided in process, without math-verify.
     """
@@ -155,6 +166,7 @@ class MathVerifier:
                 if extracted is None:
                     results[i] = Verification(self.wrong_score, False, None)
                     continue
+                extracted, answer = normalize_answer(extracted), normalize_answer(answer)
                 verdict = compare_plain_decimals(extracted, answer)
                 if verdict is None:
                     slow.append((i, extracted, answer))
@@ -191,9 +203,10 @@ class MathVerifier:
         return Verification(base + self.format_score, correct, extracted, fast_path=fast_path)
 
     def _from_outcome(self, outcome: Outcome, extracted: str) -> Verification:
-        if outcome.timed_out or outcome.error is not None:
+        timed_out = outcome.timed_out or outcome.value == INNER_TIMEOUT
+        if timed_out or outcome.error is not None:
             return Verification(
-                self.wrong_score, False, extracted, timed_out=outcome.timed_out, error=outcome.error
+                self.wrong_score, False, extracted, timed_out=timed_out, error=outcome.error
             )
         return self._verdict(bool(outcome.value), extracted)
 

@@ -34,7 +34,7 @@ def main(iterations: int, eval_problems: int, min_gain: float) -> bool:
     )
     algo = config.build_algo()
 
-    before = algo.evaluate_accuracy(num_problems=eval_problems)["accuracy"]
+    before = algo.evaluate_accuracy(num_problems=eval_problems)["pass@1"]
     print(f"held-out accuracy before training: {before:.3f}")
     for i in range(1, iterations + 1):
         result = algo.train()
@@ -42,7 +42,7 @@ def main(iterations: int, eval_problems: int, min_gain: float) -> bool:
             runners = result["env_runners"]
             print(f"iter {i:4d}  reward {runners['episode_return_mean']:.3f}  "
                   f"train accuracy {runners['accuracy']:.3f}", flush=True)
-    after = algo.evaluate_accuracy(num_problems=eval_problems)["accuracy"]
+    after = algo.evaluate_accuracy(num_problems=eval_problems)["pass@1"]
     gain = (after - before) * 100
     print(f"held-out accuracy after training:  {after:.3f} ({gain:+.1f} points)")
 

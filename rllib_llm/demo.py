@@ -63,12 +63,12 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"rllib_llm demo: pg_variant={args.pg_variant}, engine={args.engine}, "
           f"{args.iterations} iterations{cap}, run dir {run_dir}")
     before = algo.evaluate_accuracy(num_problems=args.eval_problems)
-    print(f"held-out accuracy before: {before['accuracy']:.3f} ({before['num_problems']} problems)")
+    print(f"held-out accuracy before: {before['pass@1']:.3f} ({before['num_problems']} problems)")
     iterations, seconds = train(algo, log, args.iterations, args.minutes)
     after = algo.evaluate_accuracy(num_problems=args.eval_problems)
-    gain = after["accuracy"] - before["accuracy"]
+    gain = after["pass@1"] - before["pass@1"]
     per_iteration = seconds / max(iterations, 1)
-    print(f"held-out accuracy after:  {after['accuracy']:.3f} ({gain * 100:+.1f} points in "
+    print(f"held-out accuracy after:  {after['pass@1']:.3f} ({gain * 100:+.1f} points in "
           f"{iterations} iterations, {seconds:.0f} s, {per_iteration:.2f} s per iteration)")
     summary = {
         "title": f"{args.pg_variant} on the embedded default",

@@ -96,9 +96,9 @@ def plot_reward_curve(rows: list[dict[str, float]], path: Path,
         ys = [r.get(key, float("nan")) for r in rows]
         ax.plot(xs, ys, label=label)
     if summary and "eval_before" in summary and "eval_after" in summary:
-        ax.axhline(summary["eval_before"]["accuracy"], ls="--", c="gray",
+        ax.axhline(summary["eval_before"]["pass@1"], ls="--", c="gray",
                    label="held-out accuracy before")
-        ax.axhline(summary["eval_after"]["accuracy"], ls="--", c="green",
+        ax.axhline(summary["eval_after"]["pass@1"], ls="--", c="green",
                    label="held-out accuracy after")
     ax.set_xlabel("iteration")
     ax.set_ylabel("reward / accuracy")

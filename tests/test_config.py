@@ -66,7 +66,13 @@ def test_bad_field_values_name_field_value_and_rule(field, value, rule):
         (dict(adv_estimator="reinforce", num_return_sequences_in_group=1,
               norm_mean_type="group"), "'group' needs num_return_sequences_in_group >= 2"),
         (dict(tis_lower_bound=2.0, tis_upper_bound=1.0), "lower <= upper"),
-        (dict(mini_batch_size=5), "must divide the 64 responses"),
+        (dict(mini_batch_size=5), "must be a multiple of num_return_sequences_in_group=8"),
+        (dict(mini_batch_size=24), "divide the 64 responses"),
+        (dict(mini_batch_size=16, micro_batch_size=32), "micro_batch_size=32 exceeds"),
+        (dict(rollout_batch_size=2**18), "responses per iteration is over the limit"),
+        (dict(model_dtype="float16"), "'float16' is not supported for training"),
+        (dict(prompt_length=100, response_length=64), "exceeds the model's context of 128"),
+        (dict(response_length=128), "leaves no room for a prompt"),
     ],
 )
 def test_combination_rules(training, message):
@@ -85,12 +91,90 @@ def test_unknown_setting_suggests_the_close_name():
         config(pg_varient="topr")
 
 
-def test_roll_aliases_map_onto_our_fields():
-    cfg = config(positive_loss_coef=0.5, use_topr_neg_loss_coef=0.25, max_new_tokens=12)
-    assert (cfg.topr_positive_weight, cfg.topr_negative_weight) == (0.5, 0.25)
+def test_roll_names_mean_what_they_mean_in_roll():
+    # ROLL's TOPR coefficients are loss terms of their own, not the variant's weights; ROLL's
+    # own spelling "postive_loss_coef" is accepted too.
+    cfg = config(postive_loss_coef=0.5, use_topr_neg_loss_coef=0.25, max_new_tokens=12)
+    assert (cfg.positive_loss_coef, cfg.use_topr_neg_loss_coef) == (0.5, 0.25)
+    assert (cfg.topr_positive_weight, cfg.topr_negative_weight) == (1.0, 1.0)
     assert cfg.response_length == 12
-    from_dict = RLVRConfig().update_from_dict({"positive_loss_coef": 0.75, "pg_variant": "topr"})
-    assert from_dict.topr_positive_weight == 0.75 and from_dict.pg_variant == "topr"
+    from_dict = RLVRConfig().update_from_dict({"postive_loss_coef": 0.75, "pg_variant": "topr"})
+    assert from_dict.positive_loss_coef == 0.75 and from_dict.pg_variant == "topr"
+
+
+def test_rllib_num_epochs_sets_ppo_epochs_and_its_step_units_are_rejected():
+    assert config(num_epochs=3).ppo_epochs == 3
+    assert RLVRConfig().update_from_dict({"num_epochs": 2}).ppo_epochs == 2
+    # A to_dict() round trip carries RLlib's num_epochs at its default: ppo_epochs survives.
+    assert RLVRConfig().update_from_dict(config(ppo_epochs=4).to_dict()).ppo_epochs == 4
+    for name, value, ours in [("minibatch_size", 64, "set mini_batch_size"),
+                              ("train_batch_size_per_learner", 256, "set rollout_batch_size"),
+                              ("train_batch_size", 256, "set rollout_batch_size")]:
+        with pytest.raises(ValueError, match=f"RLVRConfig.{name}={value} is RLlib's setting.*{ours}"):
+            config(**{name: value}).validate()
+    cfg = config()
+    cfg.num_epochs = 2  # set behind training()'s back: still caught
+    with pytest.raises(ValueError, match="num_epochs=2 is RLlib's setting.*ppo_epochs"):
+        cfg.validate()
+
+
+@pytest.mark.parametrize("lr, rule", [
+    (-1e-4, "a learning rate <= 0"), (0.0, "a learning rate <= 0"), (float("nan"), "use a number > 0"),
+    ([[0, 1e-4], [100, -1e-4]], "values > 0"), ([[10, 1e-4]], "timesteps from 0"),
+    ([[0, 1e-4], [100, 2e-4], [50, 1e-4]], "timesteps from 0 upwards"), ("fast", "use a number"),
+])
+def test_learning_rate_must_be_positive_including_schedules(lr, rule):
+    with pytest.raises(ValueError, match=re.escape(f"RLVRConfig.lr={lr!r} is invalid")) as err:
+        config(lr=lr).validate()
+    assert err.match(rule)
+    config(lr=[[0, 1e-5], [1000, 1e-4]]).validate()
+
+
+@pytest.mark.parametrize("grad_clip", [-1.0, 0, float("inf")])
+def test_grad_clip_must_be_positive_or_none(grad_clip):
+    with pytest.raises(ValueError, match=re.escape(f"RLVRConfig.grad_clip={grad_clip!r}")):
+        config(grad_clip=grad_clip).validate()
+    config(grad_clip=None).validate()
+
+
+@pytest.mark.parametrize("temperature", [float("inf"), float("nan"), -1.0])
+def test_temperature_must_be_finite_and_positive(temperature):
+    with pytest.raises(ValueError, match="RLVRConfig.temperature=.*must be a number > 0"):
+        config(temperature=temperature).validate()
+
+
+def test_prompt_length_defaults_to_what_the_model_context_leaves():
+    cfg = config(response_length=16)
+    assert cfg.prompt_length is None
+    assert cfg.model_context_length == 128  # the embedded model's max_position_embeddings
+    assert cfg.resolved_prompt_length == 112
+
+
+@pytest.mark.parametrize("key, value, field", [
+    ("response_length", 32, "response_length"), ("prompt_length", 40, "prompt_length"),
+    ("seed", 7, r"seed \(.debugging"), ("model", "other", "model_name_or_path"),
+])
+def test_env_config_cannot_silently_lose_to_the_training_fields(key, value, field):
+    cfg = config(response_length=16, prompt_length=64).environment(
+        "math_verify", env_config={key: value})
+    with pytest.raises(ValueError, match=rf"env_config\['{key}'\]={value!r} conflicts with "
+                                         rf"RLVRConfig.{field}"):
+        cfg.validate()
+    # Equal values are no conflict.
+    same = {"response_length": 16, "prompt_length": 64, "seed": None, "model": "embedded"}[key]
+    config(response_length=16, prompt_length=64).environment(
+        "math_verify", env_config={key: same}).validate()
+
+
+@pytest.mark.parametrize("field, value", [("temperature", -1), ("rollout_batch_size", -1),
+                                          ("kl_loss_coef", -1), ("eval_num_problems", -1)])
+def test_minus_one_is_kept_and_rejected_never_swapped_for_the_default(field, value):
+    # RLlib drops -1 (its DEPRECATED_VALUE) from the state it copies configs with.
+    cfg = config(**{field: value})
+    copied = RLVRConfig.from_state(cfg.get_state())
+    assert getattr(copied, field) == value
+    with pytest.raises(ValueError, match=re.escape(f"RLVRConfig.{field}={value!r}")):
+        copied.validate()
 
 
 def test_rlllib_training_arguments_still_work():
@@ -115,3 +199,23 @@ def test_reference_table_lists_every_field_once():
 def test_bad_config_fails_at_build_time_not_at_step_one():
     with pytest.raises(ValueError, match="RLVRConfig.pg_variant='nope'"):
         config(pg_variant="nope").build_algo()
+
+
+@pytest.mark.parametrize("training, message", [
+    (dict(lr=-1e-3), "RLVRConfig.lr=-0.001 is invalid"),
+    (dict(temperature=-1), "RLVRConfig.temperature=-1"),
+    (dict(grad_clip=-1.0), "RLVRConfig.grad_clip=-1.0"),
+    (dict(prompt_length=120, response_length=16), "exceeds the model's context"),
+])
+def test_build_algo_validates_like_validate(training, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        config(**training).build_algo()
+
+
+def test_a_missing_model_path_fails_validation_at_once(tmp_path):
+    import time
+
+    start = time.perf_counter()
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        config(model_name_or_path=str(tmp_path / "nope")).validate()
+    assert time.perf_counter() - start < 5

@@ -54,12 +54,12 @@ CASES = [
     (lambda: pl("vanilla", pg_clip=0.2),
      (r"pg_variant='vanilla' got unknown parameter 'pg_clip'; its valid parameters are none\. "
      r"It belongs to pg_variant 'gspo', 'ppo'")),
-    (lambda: pl("ppo", positive_loss_coef=1.0),
+    (lambda: pl("ppo", topr_positive_weight=1.0),
      (r"pg_variant='ppo' got unknown parameter 'topr_positive_weight'.*belongs to pg_variant "
      r"'topr'")),
-    (lambda: pl("topr", positive_loss_coef=1.0, topr_positive_weight=2.0),
-     (r"topr_positive_weight=2\.0 conflicts with positive_loss_coef=1\.0: both set "
-     r"topr_positive_weight .*Set only topr_positive_weight\.")),
+    # ROLL's positive_loss_coef is a loss term of the learner, not a TOPR variant parameter.
+    (lambda: pl("topr", positive_loss_coef=1.0),
+     r"pg_variant='topr' got unknown parameter 'positive_loss_coef'"),
     (lambda: pl("ppo", pg_clip_low=-0.1),
      r"pg_clip_low=-0\.1 and pg_clip_high=0\.2 must be >= 0.*set non-negative"),
     (lambda: pl("ppo", dual_clip_loss=True, dual_clip_c=1.0),

@@ -104,7 +104,7 @@ def test_length_adaptive_lambda_in_the_pipeline():
 
 
 def test_register_adv_estimator():
-    @core.register_adv_estimator("test_score_only", override=True)
+    @core.register_adv_estimator("test_score_only", needs_groups=False, override=True)
     def score_only(inputs: core.EstimatorInputs):
         spread = inputs.scores[:, None] * inputs.mask
         return spread, spread

@@ -187,14 +187,6 @@ def test_every_variant_returns_the_common_metrics(variant):
     assert all(m.dim() == 0 and torch.isfinite(m) for m in metrics.values())
 
 
-def test_roll_aliases_are_accepted():
-    by_alias = run("topr", positive_loss_coef=0.5, use_topr_neg_loss_coef=2.0)[0]
-    by_name = run("topr", topr_positive_weight=0.5, topr_negative_weight=2.0)[0]
-    assert_close(by_alias, by_name)
-    assert core.resolve_aliases({"positive_loss_coef": 0.5, "pg_clip": 0.1}) == {
-        "topr_positive_weight": 0.5, "pg_clip": 0.1}
-
-
 def test_pg_variant_params_lists_signature_defaults():
     assert core.pg_variant_params("ppo") == {
         "pg_clip": 0.2, "pg_clip_low": None, "pg_clip_high": None, "dual_clip_loss": False,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from rllib_llm.envs import arithmetic_problems, load_problems
@@ -54,6 +55,24 @@ def test_numeric_answers_become_strings(tmp_path):
         tmp_path / "n.jsonl", [{"prompt": "1+1=", "answer": 2}, {"prompt": "x", "answer": 0.5}]
     )
     assert [p["answer"] for p in load_problems(path)] == ["2", "0.5"]
+
+
+def test_float_answers_become_decimals_a_model_could_write(tmp_path):
+    # JSON numbers arrive as floats; str() would turn 1e-05 into "1e-05", which no answer matches.
+    floats = [1e-05, 1e20, 0.1, 72.0, 2.5e-07, -3e-3, 123456.789, 1.5e16, 1e23, -0.0]
+    path = write_jsonl(tmp_path / "f.jsonl", [{"prompt": "x", "answer": f} for f in floats])
+    assert [p["answer"] for p in load_problems(path)] == [
+        "0.00001",
+        "100000000000000000000",
+        "0.1",
+        "72",
+        "0.00000025",
+        "-0.003",
+        "123456.789",
+        "15000000000000000",
+        "100000000000000000000000",  # not int(1e23), 99999999999999991611392
+        "-0",
+    ]
 
 
 def test_huggingface_datasets_saved_to_disk_and_data_dirs(tmp_path):
@@ -129,6 +148,10 @@ def test_empty_dataset(tmp_path):
         ),
         ({"prompt": "a", "answer": True}, r"answer=True must be a string or a number"),
         (
+            {"prompt": "a", "answer": float("nan")},
+            r"record 0 of .*: answer=nan must be a finite number; fix or drop that record",
+        ),
+        (
             {"prompt": "a", "answer": "work ####  "},
             (
                 r"record 0 of .*: answer='work ####  ' holds "
@@ -174,3 +197,55 @@ def test_bad_arguments(tmp_path):
         load_problems("")
     with pytest.raises(ValueError, match=r"split='valid' is not one of \('train', 'test'\)"):
         load_problems("arithmetic", split="valid")
+
+
+def test_non_utf8_files_name_the_byte(tmp_path):
+    first = b'{"prompt": "a", "answer": "1"}\n'  # 31 bytes; \xe9 is byte 15 of the next
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(first + b'{"prompt": "caf\xe9", "answer": "2"}\n')
+    with pytest.raises(
+        ValueError,
+        match=r"dataset file '.*latin1.jsonl' is not UTF-8: byte 46 \(line 2\) is b'\\xe9'; a "
+        r"dataset file must be UTF-8: re-encode it",
+    ):
+        load_problems(str(path))
+    json_path = tmp_path / "latin1.json"
+    json_path.write_bytes(b'[{"prompt": "\xff", "answer": "1"}]')
+    message = r"latin1.json' is not UTF-8: byte 13 \(line 1\) is b'\\xff'"
+    with pytest.raises(ValueError, match=message):
+        load_problems(str(json_path))
+
+
+def test_a_byte_order_mark_is_no_part_of_the_text(tmp_path):
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(GSM8K_LIKE[0]).encode() + b"\n")
+    assert load_problems(str(path), prompt_key="question") == EXPECTED[:1]
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".txt", ".tsv", ""])
+def test_unsupported_data_files_are_refused_at_once(tmp_path, suffix):
+    path = tmp_path / f"problems{suffix}"
+    path.write_text("prompt,answer\n1+1=,2\n")
+    start = time.perf_counter()
+    with pytest.raises(
+        ValueError,
+        match=rf"dataset file '.*problems{suffix}' has the suffix '{suffix}', which is not read "
+        r"here; the supported suffixes are \['.jsonl', '.json', '.parquet'\]: convert it to "
+        r".jsonl, or name a datasets builder, e.g. dataset='csv', dataset_kwargs=",
+    ):
+        load_problems(str(path))
+    assert time.perf_counter() - start < 5.0  # not a trip to the hub
+
+
+def test_a_csv_file_through_the_datasets_builder_the_message_names(tmp_path):
+    pytest.importorskip("datasets")
+    path = tmp_path / "problems.csv"
+    path.write_text("question,answer\nWhat is 36 times 2?,72\n")
+    problems = load_problems("csv", prompt_key="question", data_files=str(path))
+    assert problems == [{"prompt": "What is 36 times 2?", "answer": "72"}]
+
+
+@pytest.mark.parametrize("name", ["/no/such/problems.csv", "./no_such_dir", "~/no_such_data_x"])
+def test_missing_local_paths_are_refused_at_once(name):
+    with pytest.raises(FileNotFoundError, match=rf"dataset path '{name}' does not exist; check"):
+        load_problems(name)

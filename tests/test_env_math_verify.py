@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 
 import gymnasium
@@ -177,7 +178,7 @@ def test_tokens_past_the_end_are_refused_and_nothing_is_consumed(tokenizer):
                        r"chunk \(response_length\)"):  # fmt: skip
         env.step_chunk([digit] * 6)
     assert env.state_token_ids() == info["prompt_ids"]
-    assert env.step_chunk([digit, eos]).terminateds == [False, True]
+    assert env.step_chunk([digit, eos]).terminateds.tolist() == [False, True]
 
 
 def _trajectory_by_step(env, index, tokens):
@@ -375,6 +376,9 @@ class NoEos:
         ({"answer_key": None}, r"answer_key=None must be a non-empty string; use the field that"),
         ({"dataset_kwargs": [1]}, r"dataset_kwargs=\[1\] must be a dict of keyword arguments; use"),
         ({"prompt_length": 0}, r"prompt_length=0 must be an integer >= 1; use e.g. 64"),
+        ({"max_dropped_prompt_fraction": 1.5}, r"max_dropped_prompt_fraction=1.5 must be a number in \[0, 1\]; use e.g. 0.1"),
+        ({"max_dropped_prompt_fraction": -0.1}, r"max_dropped_prompt_fraction=-0.1 must be a number in \[0, 1\]"),
+        ({"max_dropped_prompt_fraction": None}, r"max_dropped_prompt_fraction=None must be a number in \[0, 1\]"),
         ({"response_length": 0}, r"response_length=0 must be an integer >= 1; use e.g. 16"),
         ({"response_length": 2.0}, r"response_length=2.0 must be an integer >= 1"),
         ({"answer_extraction": "x"}, r"answer_extraction='x' is not one of \['auto', 'boxed', "),
@@ -392,15 +396,40 @@ def test_config_errors(tokenizer, overrides, message):
         make_env(tokenizer, **overrides)
 
 
+def write_prompts(path, prompts: list[str]) -> str:
+    path.write_text("".join(json.dumps({"prompt": p, "answer": "0"}) + "\n" for p in prompts))
+    return str(path)
+
+
 def test_prompt_length_drops_long_prompts(tokenizer, tmp_path, caplog):
-    path = tmp_path / "p.jsonl"
-    path.write_text('{"prompt": "1+1=", "answer": "2"}\n{"prompt": "11+11=", "answer": "22"}\n')
-    env = make_env(tokenizer, dataset=str(path), dataset_kwargs={}, prompt_length=4)
-    assert (env.num_problems, env.num_dropped_prompts) == (1, 1)
-    assert "dropped 1 of 2 prompts longer than prompt_length=4" in caplog.text
-    with pytest.raises(ValueError, match=r"prompt_length=3 drops all 2 prompts of '.*p.jsonl': "
+    # One token per character: nine prompts of 4 tokens, one of 6, a tenth of the data set.
+    path = write_prompts(tmp_path / "p.jsonl", [f"{i}+1=" for i in range(1, 10)] + ["11+11="])
+    env = make_env(tokenizer, dataset=path, dataset_kwargs={}, prompt_length=4)
+    assert (env.num_problems, env.num_dropped_prompts, env.dropped_prompt_fraction) == (9, 1, 0.1)
+    assert "dropped 1 of 10 prompts longer than prompt_length=4" in caplog.text
+    with pytest.raises(ValueError, match=r"prompt_length=3 drops all 10 prompts of '.*p.jsonl': "
                        r"none has 1..3 tokens; raise prompt_length to at least 4"):  # fmt: skip
-        make_env(tokenizer, dataset=str(path), dataset_kwargs={}, prompt_length=3)
+        make_env(tokenizer, dataset=path, dataset_kwargs={}, prompt_length=3)
+    kept = make_env(tokenizer, dataset=path, dataset_kwargs={}, prompt_length=6)
+    assert (kept.num_dropped_prompts, kept.dropped_prompt_fraction) == (0, 0.0)
+
+
+def test_dropping_more_than_the_allowed_share_fails_the_build(tokenizer, tmp_path):
+    path = write_prompts(tmp_path / "p.jsonl", ["1+1=", "2+2=", "11+11=", "111+111="])
+    with pytest.raises(ValueError, match=r"prompt_length=4 drops 2 of 4 prompts of '.*p.jsonl' "
+                       r"\(split='train'\) \(50.0%\), more than max_dropped_prompt_fraction=0.1; "
+                       r"the longest prompt has 8 tokens \(chat template included\): raise "
+                       r"prompt_length \(to 8 to keep them all\), or raise "
+                       r"max_dropped_prompt_fraction to train on what is left"):  # fmt: skip
+        make_env(tokenizer, dataset=path, dataset_kwargs={}, prompt_length=4)
+    env = make_env(
+        tokenizer, dataset=path, dataset_kwargs={}, prompt_length=4, max_dropped_prompt_fraction=0.5
+    )
+    assert (env.num_problems, env.num_dropped_prompts, env.dropped_prompt_fraction) == (2, 2, 0.5)
+    with pytest.raises(ValueError, match=r"drops 1 of 4 prompts .* \(25.0%\), more than "
+                       r"max_dropped_prompt_fraction=0.0; the longest prompt has 8 tokens"):  # fmt: skip
+        make_env(tokenizer, dataset=path, dataset_kwargs={}, prompt_length=6,
+                 max_dropped_prompt_fraction=0.0)  # fmt: skip
 
 
 def test_tokenizer_by_name_without_eos(tmp_path):

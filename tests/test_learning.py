@@ -43,7 +43,7 @@ ESTIMATORS = {
 
 def held_out_accuracy(algo) -> float:
     """Mean accuracy of EVAL_SAMPLES samples (seeds 0, 1, ...) on each of the 500 test problems."""
-    return float(np.mean([algo.evaluate_accuracy(num_problems=500, seed=s)["accuracy"]
+    return float(np.mean([algo.evaluate_accuracy(num_problems=500, seed=s)["pass@1"]
                           for s in range(EVAL_SAMPLES)]))
 
 

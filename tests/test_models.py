@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import shutil
+import time
+
 import pytest
 import torch
 
-from rllib_llm.models import EMBEDDED_DIR, encode_prompt, load_tokenizer
+from rllib_llm.models import (
+    EMBEDDED_DIR,
+    encode_prompt,
+    load_model,
+    load_tokenizer,
+    resolve_checkpoint,
+)
 from rllib_llm.models.char_tokenizer import PRINTABLE, build_char_tokenizer
 
 TINY_CHAT_TEMPLATE = (
@@ -81,7 +90,6 @@ SAMPLED_RANGE = (0.15, 0.42)
 def shipped():
     from rllib_llm.envs.arithmetic import arithmetic_problems
 
-    from rllib_llm.models import load_model
     from rllib_llm.rollout.engine import SamplingParams
     from rllib_llm.rollout.torch_engine import TorchRolloutEngine
 
@@ -139,7 +147,83 @@ def test_shipped_model_sampled_accuracy_leaves_room_for_rl(shipped):
 
 
 def test_load_model_rejects_unknown_dtype():
-    from rllib_llm.models import load_model
-
     with pytest.raises(ValueError, match="dtype='fp8' is not one of"):
         load_model(dtype="fp8")
+
+
+# --- local paths fail at once, with what is wrong -----------------------------------------------
+# Before these checks a missing path went to the hub as a repo id: ~25 s of retries per load, then
+# a message about repo id syntax. "At once" is bounded generously for a loaded CI machine.
+AT_ONCE_S = 5.0
+LOADERS = {"model": load_model, "tokenizer": load_tokenizer}
+
+
+@pytest.mark.parametrize("kind", ["model", "tokenizer"])
+@pytest.mark.parametrize(
+    "name", ["/no/such/checkpoint", "./no_such_checkpoint", "~/no_such_checkpoint_x", "a/b/c"]
+)
+def test_missing_local_path_fails_at_once(kind, name):
+    start = time.perf_counter()
+    with pytest.raises(
+        FileNotFoundError,
+        match=rf"{kind} path '{name}' does not exist \(resolved to '.*'\); fix the path \(a "
+        r"relative one starts at the working directory\), or pass 'embedded' or a Hugging Face",
+    ):
+        LOADERS[kind](name)
+    assert time.perf_counter() - start < AT_ONCE_S
+
+
+def test_missing_path_under_an_existing_directory_is_a_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "checkpoints").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"model path 'checkpoints/run1' does not exist"):
+        load_model("checkpoints/run1")
+    # One slash and no such local directory: a hub id, left to Hugging Face.
+    assert resolve_checkpoint("org/name", kind="model") == "org/name"
+
+
+def test_directory_without_checkpoint_files_fails_at_once(tmp_path):
+    start = time.perf_counter()
+    with pytest.raises(
+        ValueError,
+        match=r"model directory '.*' is not a model checkpoint: it has no config.json and no "
+        r"weights \(one of \['model.safetensors', .*\]\) \(it is empty\); point at a directory "
+        r"written by save_pretrained",
+    ):
+        load_model(str(tmp_path))
+    with pytest.raises(
+        ValueError,
+        match=r"tokenizer directory '.*' is not a tokenizer checkpoint: it has no tokenizer file "
+        r"\(one of \['tokenizer.json', .*\]\) \(it is empty\)",
+    ):
+        load_tokenizer(str(tmp_path))
+    assert time.perf_counter() - start < AT_ONCE_S
+
+
+def test_tokenizer_only_directory_is_not_a_model(tmp_path):
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(EMBEDDED_DIR / name, tmp_path / name)
+    assert load_tokenizer(str(tmp_path)).eos_token == "<eos>"
+    with pytest.raises(
+        ValueError,
+        match=r"it has no config.json and no weights .* \(it holds \['tokenizer.json', "
+        r"'tokenizer_config.json'\]\)",
+    ):
+        load_model(str(tmp_path))
+
+
+def test_a_file_is_not_a_checkpoint():
+    with pytest.raises(ValueError, match=r"model path '.*config.json' is a file; pass the"):
+        load_model(str(EMBEDDED_DIR / "config.json"))
+
+
+def test_home_directory_is_expanded(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    shutil.copytree(EMBEDDED_DIR, tmp_path / "ckpt")
+    assert resolve_checkpoint("~/ckpt", kind="model") == str(tmp_path / "ckpt")
+    assert len(load_tokenizer("~/ckpt")) == 98
+
+
+def test_resolve_checkpoint_kind_is_checked():
+    with pytest.raises(ValueError, match=r"kind='weights' is not one of \['model', 'tokenizer'\]"):
+        resolve_checkpoint("embedded", kind="weights")

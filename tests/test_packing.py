@@ -32,10 +32,10 @@ def test_env_tokens_are_state_but_not_actions():
     ep = episode([1, 2, 3], [10, 11, 12], [-0.5, -0.25, -1.0], 1.0, "g",
                  env_tokens={0: [40, 41]})  # the env appended two tokens after the first action
     tokens = episode_tokens(ep)
-    assert tokens.prompt_ids == [1, 2, 3]
-    assert tokens.response_ids == [10, 40, 41, 11, 12]
-    assert tokens.action_mask == [1, 0, 0, 1, 1]
-    assert tokens.behaviour_logp == [-0.5, 0.0, 0.0, -0.25, -1.0]
+    assert tokens.prompt_ids.tolist() == [1, 2, 3]
+    assert tokens.response_ids.tolist() == [10, 40, 41, 11, 12]
+    assert tokens.action_mask.tolist() == [1, 0, 0, 1, 1]
+    assert tokens.behaviour_logp.tolist() == [-0.5, 0.0, 0.0, -0.25, -1.0]
     assert tokens.score == 1.0 and tokens.group_id == "g"
 
 

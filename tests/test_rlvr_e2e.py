@@ -27,8 +27,10 @@ def learner_weights(algo) -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_every_critic_free_variant_trains(variant):
-    # The KL loss on: the reference model's path is exercised too.
-    algo = embedded_config(variant, use_kl_loss=True, **TINY).build_algo()
+    # The KL loss on: the reference model's path is exercised too. 4 groups of 4 give some
+    # groups with mixed verdicts, hence nonzero advantages (asserted below).
+    algo = embedded_config(variant, use_kl_loss=True, rollout_batch_size=4,
+                           num_return_sequences_in_group=4, response_length=4).build_algo()
     before = learner_weights(algo)
     result = algo.train()
     after = learner_weights(algo)
@@ -38,6 +40,7 @@ def test_every_critic_free_variant_trains(variant):
     for key in ("pg_loss", "entropy", "clipfrac", "ratio_mean", "approx_kl", "kl_loss"):
         assert np.isfinite(learner[key]), key
     assert set(result["timers"]) >= {"sample", "learn", "weight_sync"}
+    assert learner["advantage_abs_mean"] > 0 and learner["num_optimizer_steps"] == 1
     # The update reached the weights and the env runner received them with a new version.
     assert any(not torch.equal(before[k], after[k]) for k in before)
     runner = algo.env_runner_group.local_env_runner
@@ -79,22 +82,6 @@ def test_bf16_module_syncs_and_checkpoints(tmp_path):
     for k, v in learner_weights(restored).items():
         assert torch.equal(v, trained[k]), k
     restored.stop()
-
-
-def test_nan_loss_stops_with_a_clear_error():
-    algo = embedded_config("vanilla", **TINY).build_algo()
-    learner = algo.learner_group._learner
-    b, t = 2, 3
-    batch = {
-        "action_mask": torch.ones(b, t), "old_logp": torch.zeros(b, t),
-        "advantages": torch.full((b, t), float("nan")), "scores": torch.zeros(b),
-        "ref_logp": torch.zeros(b, t),
-    }
-    fwd = {"logp": torch.zeros(b, t, requires_grad=True), "entropy": torch.zeros(b, t)}
-    with pytest.raises(FloatingPointError, match="RLVR loss is nan"):
-        learner.compute_loss_for_module(module_id="default_policy", config=learner.config,
-                                        batch=batch, fwd_out=fwd)
-    algo.stop()
 
 
 def test_tune_sweeps_a_training_field(tmp_path):

@@ -10,9 +10,9 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
-from rllib_llm.presets import embedded_config
 from rllib_llm.models import load_tokenizer
 from rllib_llm.models.tiny_llama import tiny_llama_config
+from rllib_llm.presets import embedded_config
 
 TINY = dict(rollout_batch_size=2, num_return_sequences_in_group=2, response_length=4)
 

@@ -8,13 +8,17 @@ import math
 import os
 import threading
 import time
+from decimal import Decimal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rllib_llm.envs.answer_extraction import (
     EXTRACTIONS,
     compare_plain_decimals,
     extract_answer,
     extract_boxed,
+    normalize_answer,
 )
 from rllib_llm.envs.verifier import (
     METRIC_NAMES,
@@ -195,7 +199,7 @@ HOSTILE = {
 def test_hostile_answers_are_bounded_and_scored_wrong():
     limit = 0.5
     v = MathVerifier(timeout_s=limit, num_workers=2)
-    v.score("\\boxed{\\frac{1}{2}}", "0.5")  # start the workers outside the measured time
+    assert v.score("\\boxed{\\frac{1}{2}}", "0.5").correct  # start the workers, unmeasured
     start = time.perf_counter()
     results = v.score_batch(list(HOSTILE.values()), ["72"] * len(HOSTILE))
     elapsed = time.perf_counter() - start
@@ -301,3 +305,194 @@ def test_shared_verifier_is_shared_and_closed_by_the_last_holder():
     fresh = acquire_shared_verifier(timeout_s=3.0)
     assert fresh is not a
     release_shared_verifier(fresh)
+
+
+# --- the fast path and math-verify read answers alike -------------------------------------------
+def math_verify(answer: str, gold: str):
+    """math-verify's verdict, in this process (pytest's main thread: its own alarms work)."""
+    from rllib_llm.envs.verify_worker import math_verify_equal
+
+    return math_verify_equal(answer, gold, 5)
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("٤٢", "42"),  # Arabic-Indic digits: math-verify cannot read them raw
+        ("４２", "42"),  # fullwidth digits
+        ("42", "٤٢"),
+        ("0,042", "42"),  # math-verify reads a decimal comma there, not a thousands separator
+        ("0,042", "0.042"),
+        ("4.2e1", "42"),
+        ("1,000", "1000"),
+        ("-1,000", "-1000"),
+    ],
+)
+def test_fast_path_defers_where_math_verify_reads_otherwise(answer, gold):
+    verdict = compare_plain_decimals(answer, gold)
+    assert verdict is None or verdict == math_verify(answer, gold)
+
+
+@pytest.mark.parametrize(
+    ("text", "gold", "correct"),
+    [
+        ("\\boxed{٤٢}", "42", True),
+        ("\\boxed{４２}", "42", True),
+        ("the answer is ٤٢", "42", True),
+        ("\\boxed{42}", "４２", True),
+        ("\\boxed{\\frac{٨٤}{2}}", "42", True),  # through math-verify, digits made ASCII first
+        ("\\boxed{0,042}", "42", False),
+        ("\\boxed{0,042}", "0.042", True),
+        ("it is 0,042", "0.042", True),
+        ("\\boxed{4.2e1}", "42", True),
+        ("the answer is 4.2e1", "42", True),
+        ("#### 1.5E-3", "0.0015", True),
+        ("\\boxed{42}", "4.2e1", True),
+        ("\\boxed{4.2e1}", "4.3e1", False),
+        ("\\boxed{1e400}", "10^{400}", True),  # too long written out: a power of ten instead
+    ],
+)
+def test_unicode_digits_decimal_commas_and_scientific_notation(verifier, text, gold, correct):
+    assert verifier.score(text, gold).correct is correct
+
+
+@pytest.mark.parametrize(
+    ("text", "normal"),
+    [
+        ("٤٢", "42"),
+        (" ４２.５ ", "42.5"),
+        ("x^२", "x^2"),
+        ("x²", "x²"),  # a superscript is no decimal digit: left alone
+        ("4.2e1", "42"),
+        ("4.20e1", "42.0"),
+        ("-1.5E-3", "-0.0015"),
+        ("1e+20", "100000000000000000000"),
+        ("1e400", "1\\times 10^{400}"),
+        ("-2.5e-101", "-2.5\\times 10^{-101}"),
+        ("2e^{3}", "2e^{3}"),  # not scientific notation: left alone
+        ("1,000", "1,000"),
+    ],
+)
+def test_normalize_answer(text, normal):
+    assert normalize_answer(text) == normal
+
+
+def test_normalised_plain_numbers_take_the_fast_path():
+    v = MathVerifier()
+    results = v.score_batch(["\\boxed{٤٢}", "so 4.2e1", "1e-05"], ["42", "４２", "0.00001"])
+    assert [(r.correct, r.fast_path, r.extracted) for r in results] == [
+        (True, True, "42"),
+        (True, True, "42"),
+        (True, True, "0.00001"),
+    ]
+    assert v._pool is None
+    v.close()
+
+
+def test_empty_boxed_is_no_answer():
+    assert extract_boxed("\\boxed{5} and then \\boxed{}") == "5"
+    assert extract_boxed("\\boxed{ }") is None
+    assert extract_answer("\\boxed{} so the answer is 7", "auto") == "7"
+    assert extract_answer("\\boxed{}\n#### 8", "auto") == "8"
+    assert extract_answer("\\boxed{ }", "auto") is None
+
+
+def test_math_verify_own_timeout_is_a_timeout():
+    # math-verify's own limit is a quarter of the hard one (2 s here); expanding the power takes
+    # minutes, so its alarm ends the comparison and the worker survives.
+    v = MathVerifier(timeout_s=8.0)
+    result = v.score("\\boxed{(x+y+z+1)^{60}}", "1")
+    assert (result.correct, result.timed_out, result.error) == (False, True, None)
+    assert result.score == 0.0
+    assert v.metrics()["timeouts"] == 1
+    assert v._pool.restarts == 0  # not the hard limit: no worker was killed
+    v.close()
+
+
+def test_math_verify_own_parse_timeout_is_a_timeout():
+    import subprocess
+    import sys
+
+    from rllib_llm.envs.verify_worker import INNER_TIMEOUT
+
+    # Parsing 20,000 terms takes seconds; math-verify's own 1 s alarm ends it. In a fresh process,
+    # as in a verifier worker: here hypothesis's gc callback can swallow the alarm's exception.
+    code = ("from rllib_llm.envs.verify_worker import math_verify_equal; "
+            "print(math_verify_equal('x+' * 20_000 + '1', '1', 1))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert out.stdout.strip().splitlines()[-1] == INNER_TIMEOUT
+
+
+def test_math_verify_equal_refuses_a_thread():
+    from rllib_llm.envs.verify_worker import math_verify_equal
+
+    errors = []
+
+    def run():
+        try:
+            math_verify_equal("1", "1", 1)
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert errors == [
+        "math_verify_equal runs math-verify's signal.alarm limits and needs the main thread; call "
+        "it in a verifier worker (MathVerifier does)"
+    ]
+
+
+# --- property: the fast path never disagrees with math-verify -----------------------------------
+# Arabic-Indic, fullwidth and Devanagari digits, 0 to 9.
+DIGIT_SETS = tuple("".join(chr(zero + i) for i in range(10)) for zero in (0x0660, 0xFF10, 0x0966))
+
+
+def renderings(value: Decimal) -> st.SearchStrategy[str]:
+    """Ways a model (or a data set) writes `value`, some of them ones math-verify reads otherwise."""
+    plain = format(value, "f")
+    numerator, denominator = value.as_integer_ratio()
+    mantissa, exponent = f"{value:e}".split("e")
+    return st.one_of(
+        st.just(plain),
+        st.just(format(value, ",f")),  # thousands separators
+        st.just(plain.replace(",", "").replace(".", ",")),  # a decimal comma
+        st.integers(1, 3).map(lambda n: plain.replace("-", "-" + "0" * n) if plain[0] == "-"
+                              else "0" * n + plain),  # leading zeros
+        st.integers(1, 3).map(lambda n: plain + ("" if "." in plain else ".") + "0" * n),
+        st.sampled_from([f"{mantissa}e{int(exponent)}", f"{value:E}", f"{value:e}"]),
+        st.sampled_from(DIGIT_SETS).map(lambda d: plain.translate(str.maketrans("0123456789", d))),
+        st.just(f"\\frac{{{numerator}}}{{{denominator}}}"),
+        st.just(f"{numerator}/{denominator}"),
+    )  # fmt: skip
+
+
+VALUES = st.one_of(
+    st.integers(-(10**7), 10**7).map(Decimal),
+    st.decimals(-(10**4), 10**4, places=3, allow_nan=False, allow_infinity=False),
+    st.sampled_from(["0", "-0", "0.042", "42", "1000", "0.1", "1e-05", "1e20"]).map(Decimal),
+)
+JUNK = st.text(alphabet="0123456789,.-+eE ٤４/x{}\\", max_size=10)
+
+
+@st.composite
+def answer_and_gold(draw) -> tuple[str, str]:
+    value = draw(VALUES)
+    # Often the same value written two ways (the interesting case for "equal"), else a neighbour.
+    neighbours = st.sampled_from([value + 1, -value, value / 1000])
+    other = draw(st.one_of(st.just(value), VALUES, neighbours))
+    answer = draw(st.one_of(renderings(value), JUNK))
+    gold = draw(st.one_of(renderings(other), JUNK))
+    return answer, gold
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(answer_and_gold())
+def test_fast_path_never_disagrees_with_math_verify(pair):
+    answer, gold = pair
+    # As the verifier compares them (normalised), and raw: the fast path must be safe on both.
+    for a, g in ((normalize_answer(answer), normalize_answer(gold)), (answer, gold)):
+        fast = compare_plain_decimals(a, g)
+        if fast is not None:
+            assert fast == math_verify(a, g), (a, g)

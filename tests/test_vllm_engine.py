@@ -247,7 +247,7 @@ def test_broadcast_weight_sync_is_verified_by_logprobs(engine, hf_model):
     vLLM's reload sees the weights arrive as a stream."""
     from threading import Thread
 
-    from rllib_llm.rollout.weight_broadcast import Sender
+    from rllib_llm.exchange.weight_broadcast import Sender
 
     original = {k: v.clone() for k, v in hf_model.state_dict().items()}
     torch.manual_seed(6)
@@ -375,10 +375,10 @@ MIN_GAIN = 0.08
 def test_topr_with_vllm_raises_held_out_accuracy(ray_session):
     embedded_model_or_skip()
     algo = vllm_config("topr", seed=1, lr=1e-4).build_algo()
-    before = algo.evaluate_accuracy(num_problems=300, temperature=0)["accuracy"]
+    before = algo.evaluate_accuracy(num_problems=300, temperature=0)["pass@1"]
     rewards = [algo.train()["env_runners"]["episode_return_mean"]
                for _ in range(LEARNING_ITERATIONS)]
-    after = algo.evaluate_accuracy(num_problems=300, temperature=0)["accuracy"]
+    after = algo.evaluate_accuracy(num_problems=300, temperature=0)["pass@1"]
     algo.stop()
     assert np.isfinite(rewards).all()
     assert after - before >= MIN_GAIN, (before, after)

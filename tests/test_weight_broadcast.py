@@ -1,4 +1,4 @@
-"""Weight sync by broadcast (`rollout/weight_broadcast.py`): layout, buckets, errors, and a real
+"""Weight sync by broadcast (`exchange/weight_broadcast.py`): layout, buckets, errors, and a real
 gloo broadcast from a sender to two receiver processes."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from rllib_llm.rollout import weight_broadcast as wb
+from rllib_llm.exchange import weight_broadcast as wb
 
 
 def state_dict() -> dict[str, torch.Tensor]:

@@ -1,6 +1,6 @@
 """Broadcast weight sync end to end (`weight_sync_backend="gloo"`, the CPU twin of 'nccl'):
 remote runners get the learner's exact weights and version, a killed runner is restored and the
-group rebuilt, the driver's runner catches up when it evaluates, and bad settings fail clearly."""
+group rebuilt, evaluation runs on the broadcast's runners, and bad settings fail clearly."""
 
 from __future__ import annotations
 
@@ -54,13 +54,13 @@ def test_runners_receive_the_learners_exact_weights_and_version():
     # Episodes were sampled by the version before each update (0, 1, 2).
     assert [r["env_runners"]["weight_version"] for r in results] == [0, 1, 2]
     assert all(r["timers"]["weight_sync"] > 0 for r in results)
-    # The driver's runner is not in the group: it catches up when it is asked to evaluate.
-    local = algo.env_runner_group.local_env_runner
-    assert local.engine.weight_version == 0
-    algo.evaluate_accuracy(num_problems=4)
-    assert local.engine.weight_version == 3
-    assert torch.equal(local.module.model.state_dict()["lm_head.weight"],
-                       learner_weights(algo)["lm_head.weight"])
+    # Evaluation shares the problems out over the remote runners, which the broadcast keeps
+    # current; the driver's runner, outside the group, is left behind.
+    eval_config = algo.evaluation_config.copy(copy_frozen=False)
+    eval_config.eval_num_problems = 4
+    shards = algo._score_held_out(eval_config)
+    assert sorted(s.prompt_indices for s in shards) == [[0, 2], [1, 3]]
+    assert algo.env_runner_group.local_env_runner.engine.weight_version == 0
     algo.stop()
 
 

@@ -13,16 +13,34 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import inspect
+import math
 from typing import Any
 
+from ray._common.deprecation import DEPRECATED_VALUE
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
+from rllib_llm import core
 from rllib_llm.algorithm.fields import ALIASES, FIELDS, FIELDS_BY_NAME, check_field
 
-GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_baseline")
-CRITIC_ESTIMATORS = ("gae",)
+# RLlib settings whose unit is an env step (a token here) or that RLVR's fields replace: a
+# non-default value is rejected, naming the field to use instead.
+RLLIB_REPLACED = {
+    "minibatch_size": (None, "mini_batch_size (responses per optimizer step; RLlib's "
+                             "minibatch_size counts env steps, which are tokens here)"),
+    "train_batch_size_per_learner": (None, "rollout_batch_size (prompts per iteration) and "
+                                           "num_return_sequences_in_group"),
+    "train_batch_size": (32, "rollout_batch_size (prompts per iteration) and "
+                             "num_return_sequences_in_group"),
+    "num_epochs": (1, "ppo_epochs (.training(num_epochs=k) sets it)"),
+}
+# The most responses one iteration may hold: ROLL's largest recipes use 512 x 16 = 8192; a
+# million is an allocation failure waiting to happen, not a plan.
+MAX_RESPONSES_PER_ITERATION = 2**20
+# Env-config keys the training fields own (the env runner sets them from those fields).
+ENV_KEYS_FROM_TRAINING = ("model", "prompt_length", "response_length", "seed")
 
 
 class RLVRConfig(AlgorithmConfig):
@@ -34,6 +52,11 @@ class RLVRConfig(AlgorithmConfig):
         super().__init__(algo_class=algo_class or RLVR)
         for f in FIELDS:
             setattr(self, f.name, copy.deepcopy(f.default))
+        # What the user registered in core's registries (pg variants, estimators, ...), captured
+        # by validate() and to_dict(): it travels with the config to remote learners (filed in
+        # RLVRLearner.build) and to a Tune trial's process (filed by validate()), which import
+        # rllib_llm afresh and know only the built-ins.
+        self.user_registrations: core.Registrations = {}
         # RLlib settings with LLM-RL defaults: undiscounted rewards, a small LR, clipped grads,
         # and sampling in the driver process unless the user asks for remote env runners.
         self.gamma = 1.0
@@ -79,30 +102,95 @@ class RLVRConfig(AlgorithmConfig):
         super().env_runners(**kwargs)
         return self
 
+    def to_dict(self) -> dict[str, Any]:
+        # Tune sends the config to its trial's process as this dict: the user's registrations go
+        # along (validate() files them there before checking the names).
+        config_dict = super().to_dict()
+        config_dict["user_registrations"] = self._registrations()
+        return config_dict
+
+    def _registrations(self) -> core.Registrations:
+        """This process's user registrations, after filing the ones this config carries (from
+        the process that built it)."""
+        core.restore_registrations(self.user_registrations)
+        return core.user_registrations()
+
     def update_from_dict(self, config_dict: dict[str, Any]) -> RLVRConfig:
-        # Tune passes flat dicts: accept ROLL's aliases there too.
+        # Tune passes flat dicts: accept ROLL's aliases there too. A dict made by to_dict()
+        # carries RLlib's num_epochs at its default next to ppo_epochs: that is no alias use.
         config_dict = dict(config_dict)
         for alias, name in ALIASES.items():
-            if alias in config_dict:
-                config_dict[name] = config_dict.pop(alias)
+            if alias not in config_dict:
+                continue
+            value = config_dict.pop(alias)
+            if alias in RLLIB_REPLACED and value == RLLIB_REPLACED[alias][0]:
+                continue
+            given = config_dict.get(name, FIELDS_BY_NAME[name].default)
+            if given not in (value, FIELDS_BY_NAME[name].default):
+                raise ValueError(
+                    f"RLVRConfig: {alias}={value!r} and {name}={given!r} both set {name}; "
+                    f"set only {name}."
+                )
+            config_dict[name] = value
         return super().update_from_dict(config_dict)
+
+    def get_state(self) -> dict[str, Any]:
+        # RLlib drops every attribute equal to -1 (its DEPRECATED_VALUE) from the state it copies
+        # configs with, so a field set to -1 came back as its default and passed validation.
+        # Keep -1 wherever it is a real value; only RLlib's deprecated placeholders go.
+        state = super().get_state()
+        for name, value in vars(self).items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and \
+                    value == DEPRECATED_VALUE and name not in _deprecated_attributes():
+                state[name] = value
+        return state
 
     # --- validation -----------------------------------------------------------------------------
     def validate(self) -> None:
+        # Registered names are valid names; a config rebuilt in another process (a Tune trial's)
+        # brings the driver's registrations along.
+        self.user_registrations = self._registrations()
+        _check_lr(self.lr)  # before RLlib's own check, whose message names no fix
         super().validate()
         for f in FIELDS:
-            check_field(f.name, getattr(self, f.name))
+            check_field(f.name, getattr(self, f.name), in_evaluation=self.in_evaluation)
+        self._validate_rllib_settings()
         self._validate_combinations()
+        self._validate_lengths()
+        self._validate_env_config()
+        self._validate_evaluation()
+
+    def _validate_rllib_settings(self) -> None:
+        """RLlib's own settings that RLVR reads (grad_clip) or replaces."""
+        if self.grad_clip is not None and not (_finite(self.grad_clip) and self.grad_clip > 0):
+            raise ValueError(
+                f"RLVRConfig.grad_clip={self.grad_clip!r} is invalid: it must be a number > 0 "
+                "(the largest gradient norm kept), or None for no clipping."
+            )
+        for name, (default, ours) in RLLIB_REPLACED.items():
+            value = getattr(self, "_" + name if name == "train_batch_size_per_learner" else name)
+            if value != default:
+                raise ValueError(
+                    f"RLVRConfig.{name}={value!r} is RLlib's setting, which RLVR does not read: "
+                    f"set {ours} instead."
+                )
+        if self._torch_grad_scaler_class is not None or self.torch_compile_learner:
+            raise ValueError(
+                "RLVRConfig: RLlib's _torch_grad_scaler_class and torch_compile_learner are not "
+                "supported by RLVR's learner (it runs every optimizer step of an iteration "
+                "itself); remove them. Train in bfloat16 instead of float16."
+            )
 
     def _validate_combinations(self) -> None:
         n = self.num_return_sequences_in_group
-        if self.adv_estimator in CRITIC_ESTIMATORS:
+        needs = core.adv_estimator_info(self.adv_estimator)
+        if needs.needs_critic:
             raise ValueError(
                 f"RLVRConfig.adv_estimator={self.adv_estimator!r} needs a critic (value model), "
                 "which rllib_llm does not ship yet. Use 'grpo', 'rloo', 'reinforce_baseline' or "
                 "'reinforce'."
             )
-        if self.adv_estimator in GROUP_ESTIMATORS and n < 2:
+        if needs.needs_groups and n < 2:
             raise ValueError(
                 f"RLVRConfig.num_return_sequences_in_group={n} is too small for "
                 f"adv_estimator={self.adv_estimator!r}: a group baseline needs >= 2 responses "
@@ -120,23 +208,105 @@ class RLVRConfig(AlgorithmConfig):
                 f"{self.tis_upper_bound}; the truncation interval must satisfy lower <= upper."
             )
         runners = max(1, self.num_env_runners)
-        if self.rollout_batch_size % runners:
+        # (An evaluation config's env runners are the evaluation ones: they take no batch.)
+        if self.rollout_batch_size % runners and not self.in_evaluation:
             raise ValueError(
                 f"RLVRConfig.rollout_batch_size={self.rollout_batch_size} must be divisible by "
                 f"num_env_runners={self.num_env_runners}, so every runner samples whole groups."
             )
         total = self.rollout_batch_size * n
-        if self.mini_batch_size is not None and total % self.mini_batch_size:
+        if total > MAX_RESPONSES_PER_ITERATION:
             raise ValueError(
-                f"RLVRConfig.mini_batch_size={self.mini_batch_size} must divide the "
-                f"{total} responses of an iteration (rollout_batch_size * "
+                f"RLVRConfig.rollout_batch_size={self.rollout_batch_size} * "
+                f"num_return_sequences_in_group={n} = {total} responses per iteration is over "
+                f"the limit of {MAX_RESPONSES_PER_ITERATION}; use fewer prompts per iteration."
+            )
+        if self.mini_batch_size is not None and (total % self.mini_batch_size or
+                                                 self.mini_batch_size % n):
+            raise ValueError(
+                f"RLVRConfig.mini_batch_size={self.mini_batch_size} must be a multiple of "
+                f"num_return_sequences_in_group={n} (mini-batches hold whole prompt groups) and "
+                f"divide the {total} responses of an iteration (rollout_batch_size * "
                 "num_return_sequences_in_group)."
+            )
+        size = self.mini_batch_size or total
+        if self.micro_batch_size is not None and self.micro_batch_size > size:
+            raise ValueError(
+                f"RLVRConfig.micro_batch_size={self.micro_batch_size} exceeds the mini-batch of "
+                f"{size} responses; set micro_batch_size <= mini_batch_size."
+            )
+        if self.model_dtype == "float16":
+            raise ValueError(
+                "RLVRConfig.model_dtype='float16' is not supported for training: float16 weights "
+                "and Adam moments without float32 master weights and loss scaling underflow. Use "
+                "'bfloat16' (same memory, float32's range) or 'float32'."
             )
         if self.num_learners > 1:
             raise ValueError(
                 f"RLVRConfig.num_learners={self.num_learners}: data-parallel learners would split "
                 "prompt groups across shards; use num_learners <= 1 (DeepSpeed arrives later)."
             )
+
+    def _validate_lengths(self) -> None:
+        context = self.model_context_length
+        if context is None:
+            return
+        if self.response_length >= context:
+            raise ValueError(
+                f"RLVRConfig.response_length={self.response_length} leaves no room for a prompt "
+                f"in the model's context of {context} tokens (max_position_embeddings of "
+                f"{self.model_name_or_path!r}); use a smaller response_length."
+            )
+        if self.prompt_length is not None and self.prompt_length + self.response_length > context:
+            raise ValueError(
+                f"RLVRConfig.prompt_length={self.prompt_length} + response_length="
+                f"{self.response_length} exceeds the model's context of {context} tokens "
+                f"(max_position_embeddings of {self.model_name_or_path!r}); lower them, or set "
+                "prompt_length=None to use what the response leaves."
+            )
+
+    def _validate_env_config(self) -> None:
+        owned = {"model": self.model_name_or_path, "prompt_length": self.resolved_prompt_length,
+                 "response_length": self.response_length, "seed": self.seed}
+        env_config = dict(self.env_config or {})
+        for key in ENV_KEYS_FROM_TRAINING:
+            if key in env_config and env_config[key] != owned[key]:
+                field = {"model": "model_name_or_path", "seed": "seed (.debugging(seed=...))"}.get(
+                    key, key)
+                raise ValueError(
+                    f"env_config[{key!r}]={env_config[key]!r} conflicts with RLVRConfig.{field}="
+                    f"{owned[key]!r}, which the env runners pass to every env; set it there and "
+                    f"drop it from env_config."
+                )
+
+    @property
+    def model_context_length(self) -> int | None:
+        """The model's max_position_embeddings (None when its config does not say)."""
+        return _context_length(self.model_name_or_path)
+
+    @property
+    def resolved_prompt_length(self) -> int | None:
+        """`prompt_length`, or with None what the model's context leaves after the response."""
+        if self.prompt_length is not None:
+            return self.prompt_length
+        context = self.model_context_length
+        return None if context is None else context - self.response_length
+
+    def _validate_evaluation(self) -> None:
+        """RLlib's evaluation settings that RLVR.evaluate honours or rejects (see there)."""
+        if self.in_evaluation:
+            return
+        if self.evaluation_duration != 10 or self.evaluation_duration_unit != "episodes":
+            raise ValueError(
+                f"RLVRConfig.evaluation_duration={self.evaluation_duration!r} "
+                f"(evaluation_duration_unit={self.evaluation_duration_unit!r}) is not used: RLVR "
+                "evaluates a fixed set of held-out problems. Leave evaluation_duration at its "
+                "default and set eval_num_problems (and eval_num_samples responses per problem)."
+            )
+        if self.evaluation_interval:  # evaluation will run: its problems must be held out
+            from rllib_llm.algorithm.evaluation import check_held_out
+
+            check_held_out(self, self.get_evaluation_config_object())
 
     def _validate_rollout_engine(self) -> None:
         from rllib_llm.rollout.vllm_engine import INSTALL_HINT, vllm_installed
@@ -168,6 +338,14 @@ class RLVRConfig(AlgorithmConfig):
                 "top-p nucleus, not the learner's log-probs."
             )
 
+    def held_out_env_overrides(self) -> dict[str, Any]:
+        """What the held-out env's config changes in env_config: the split, and the dataset when
+        eval_dataset names one."""
+        overrides: dict[str, Any] = {"split": self.eval_split}
+        if self.eval_dataset is not None:
+            overrides["dataset"] = self.eval_dataset
+        return overrides
+
     # --- what RLlib builds ----------------------------------------------------------------------
     @property
     def uses_reference(self) -> bool:
@@ -190,6 +368,8 @@ class RLVRConfig(AlgorithmConfig):
                 "model_dtype": self.model_dtype,
                 "temperature": self.temperature,
                 "use_reference": self.uses_reference,
+                "entropy_grad": self.entropy_coef > 0,
+                "score_batch_size": self.micro_batch_size or self.mini_batch_size,
             },
         )
 
@@ -213,3 +393,41 @@ class RLVRConfig(AlgorithmConfig):
             input_observation_space=input_observation_space,
             input_action_space=input_action_space,
         )
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _check_lr(lr: Any) -> None:
+    """lr: a number > 0, or RLlib's piecewise schedule [[timestep, value], ...] of such values
+    with non-decreasing timesteps >= 0 starting at 0."""
+    fix = ("use a number > 0 (e.g. 1e-6) or a schedule [[0, 1e-6], [20000, 1e-5]] with "
+           "timesteps from 0 upwards and values > 0")
+    if _finite(lr):
+        if lr > 0:
+            return
+        raise ValueError(f"RLVRConfig.lr={lr!r} is invalid: a learning rate <= 0 trains "
+                         f"backwards or not at all; {fix}.")
+    points = lr if isinstance(lr, (list, tuple)) else None
+    ok = bool(points) and all(isinstance(p, (list, tuple)) and len(p) == 2 and _finite(p[0])
+                              and _finite(p[1]) for p in points)
+    if ok:
+        times = [p[0] for p in points]
+        ok = times[0] == 0 and all(b >= a for a, b in zip(times, times[1:])) and \
+            all(p[1] > 0 for p in points)
+    if not ok:
+        raise ValueError(f"RLVRConfig.lr={lr!r} is invalid; {fix}.")
+
+
+@functools.cache
+def _deprecated_attributes() -> frozenset[str]:
+    """Attributes RLlib's AlgorithmConfig itself sets to DEPRECATED_VALUE (-1)."""
+    return frozenset(k for k, v in vars(AlgorithmConfig()).items() if v == DEPRECATED_VALUE)
+
+
+@functools.lru_cache(maxsize=16)
+def _context_length(model_name_or_path: str) -> int | None:
+    from rllib_llm.models.context_length import model_context_length
+
+    return model_context_length(model_name_or_path)

@@ -7,11 +7,10 @@ settings reference and the CLI's `--help`. Names and defaults follow ROLL's PPO-
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-
-from rllib_llm.core.policy_losses import PARAM_ALIASES
 
 # A rule returns None when the value is fine, else the rule in words ("must be > 0").
 Rule = Callable[[Any], "str | None"]
@@ -24,10 +23,14 @@ class Field:
     doc: str
     rule: Rule | None = None
     section: str = "training"
+    # The rule in an evaluation config (RLlib's `evaluation_config` overrides), where it differs:
+    # evaluation only samples, so e.g. temperature 0 (greedy) is fine there.
+    eval_rule: Rule | None = None
 
 
 def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    """A finite int or float (not a bool): inf and nan are never a valid setting."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def positive(v: Any) -> str | None:
@@ -41,6 +44,14 @@ def non_negative(v: Any) -> str | None:
 def positive_int(v: Any) -> str | None:
     return None if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else (
         "must be an integer >= 1"
+    )
+
+
+def training_temperature(v: Any) -> str | None:
+    why = positive(v)
+    return None if why is None else (
+        f"{why} (the learner divides logits by it; for greedy evaluation set "
+        ".evaluation(evaluation_config={'temperature': 0}))"
     )
 
 
@@ -118,15 +129,20 @@ FIELDS: tuple[Field, ...] = (
           "Responses sampled per prompt (the group of GRPO/RLOO). ROLL defaults to 1 with "
           "adv_estimator='gae'; the critic-free estimators here need >= 2.", positive_int,
           "rollout"),
-    Field("prompt_length", 64,
-          "Longest prompt in tokens; longer dataset prompts are dropped when the env loads them.",
-          positive_int, "rollout"),
+    Field("prompt_length", None,
+          "Longest prompt in tokens; longer dataset prompts are dropped when the env loads them "
+          "(counted: env_runners/num_dropped_prompts; the env refuses a data set that loses more "
+          "than env_config['max_dropped_prompt_fraction']). None = the model's context, "
+          "max_position_embeddings - response_length. prompt_length + response_length must fit "
+          "the model's max_position_embeddings.", optional(positive_int), "rollout"),
     Field("response_length", 16,
           "Most tokens the policy may generate per response (episode truncation).", positive_int,
           "rollout"),
     Field("temperature", 1.0,
           "Sampling temperature. The learner scores tokens with logits / temperature, exactly as "
-          "the sampler drew them.", positive, "rollout"),
+          "the sampler drew them. Evaluation samples at the evaluation config's temperature "
+          "(.evaluation(evaluation_config={'temperature': 0}): 0 = greedy, allowed there only).",
+          training_temperature, "rollout", eval_rule=non_negative),
     Field("top_p", 1.0, "Nucleus sampling mass, in (0, 1].", open_unit_interval, "rollout"),
     Field("rollout_engine", "torch",
           "Generation backend of the env runners: 'torch' (a batched decode loop with a KV cache "
@@ -162,7 +178,7 @@ FIELDS: tuple[Field, ...] = (
           "and engines on separate GPUs; OpenRLHF's vllm_sync_backend='nccl'), or 'gloo' (the "
           "same broadcast over TCP, for CPU processes; on one machine the object store's shared "
           "memory is faster: 0.19 s against 1.0 s for a 135M model). The broadcasts need remote "
-          "env runners (num_env_runners >= 1); see rollout/weight_broadcast.py.",
+          "env runners (num_env_runners >= 1); see exchange/weight_broadcast.py.",
           one_of(("object_store", "nccl", "gloo")), "rollout"),
     Field("weight_sync_bucket_bytes", 256 * 2**20,
           "Broadcast weight sync: most bytes per broadcast call (tensors of one dtype are packed "
@@ -193,10 +209,16 @@ FIELDS: tuple[Field, ...] = (
           "cores; raise it for a large model on a many-core CPU.", optional(positive_int),
           "rollout"),
     # --- optimisation ---------------------------------------------------------------------------
-    Field("ppo_epochs", 1, "Passes over each rollout batch.", positive_int, "optimisation"),
+    Field("ppo_epochs", 1,
+          "Passes over each rollout batch (RLlib's num_epochs is accepted as an alias). Optimizer "
+          "steps per iteration = ppo_epochs * (responses / mini_batch_size), logged as "
+          "learners/default_policy/num_optimizer_steps.", positive_int, "optimisation"),
     Field("mini_batch_size", None,
-          "Responses per optimizer step; None = the whole rollout batch (one step per epoch). "
-          "Must divide rollout_batch_size * num_return_sequences_in_group.",
+          "Responses per optimizer step (not tokens: RLlib's minibatch_size counts env steps, "
+          "here tokens, and is rejected); None = the whole rollout batch (one step per epoch). "
+          "Mini-batches hold whole prompt groups: a multiple of num_return_sequences_in_group "
+          "that divides rollout_batch_size * num_return_sequences_in_group. Each epoch sees every "
+          "response once; RLlib's shuffle_batch_per_epoch shuffles the groups' order per epoch.",
           optional(positive_int), "optimisation"),
     Field("micro_batch_size", None,
           "Responses per forward/backward pass inside a mini-batch (gradient accumulation); "
@@ -230,11 +252,10 @@ FIELDS: tuple[Field, ...] = (
     Field("tis_upper_bound", 1.0, "TIS: upper truncation of the importance ratio.", positive,
           "loss"),
     Field("topr_positive_weight", 1.0,
-          "TOPR (arXiv:2503.14286): weight of responses with score > 0 (ROLL alias: "
-          "positive_loss_coef).", non_negative, "loss"),
+          "TOPR (arXiv:2503.14286): weight of the correct responses (the verifier's correct flag; "
+          "score > 0 where an env has no such flag).", non_negative, "loss"),
     Field("topr_negative_weight", 1.0,
-          "TOPR: weight of responses with score <= 0 (ROLL alias: use_topr_neg_loss_coef).",
-          non_negative, "loss"),
+          "TOPR: weight of the other responses.", non_negative, "loss"),
     Field("topr_ratio_level", "token",
           "TOPR truncated ratio per 'token' or per 'sequence' (the paper's trajectory ratio).",
           one_of(("token", "sequence")), "loss"),
@@ -253,9 +274,25 @@ FIELDS: tuple[Field, ...] = (
           lambda v: None if isinstance(v, dict) else "must be a dict", "loss"),
     Field("rl_loss_coef", 1.0, "Scales the policy-gradient and KL-loss terms (ROLL).",
           non_negative, "loss"),
+    Field("positive_loss_coef", 0.0,
+          "ROLL's extra TOPR term (ROLL spells it postive_loss_coef; both are accepted): adds "
+          "positive_loss_coef * agg(-logp * A) over the correct responses to the loss, outside "
+          "rl_loss_coef (ROLL's actor_pg_worker). ROLL's TOPR recipe sets rl_loss_coef=0 and uses "
+          "this and use_topr_neg_loss_coef instead of a pg_variant. ROLL picks the responses by "
+          "score > 0; we use the verifier's correct flag, which a format bonus cannot fake.",
+          non_negative, "loss"),
+    Field("use_topr_neg_loss_coef", 0.0,
+          "ROLL's other extra TOPR term: adds use_topr_neg_loss_coef * agg(-sg(clip(ratio, 0, 1)) "
+          "* logp * A) over the other responses, outside rl_loss_coef.", non_negative, "loss"),
     Field("entropy_coef", 0.0, "Entropy bonus coefficient (0 = off).", non_negative, "loss"),
     Field("positive_nll_coef", 0.0,
-          "VAPO's positive-example LM loss coefficient (0 = off).", non_negative, "loss"),
+          "VAPO's positive-example LM loss coefficient (0 = off); positive = the verifier's "
+          "correct flag.", non_negative, "loss"),
+    Field("max_consecutive_nonfinite_steps", 3,
+          "An optimizer step whose loss or gradient is not finite is skipped (counted: "
+          "learners/default_policy/num_nonfinite_steps_skipped); after this many in a row "
+          "training stops with an error naming the likely causes.", positive_int,
+          "optimisation"),
     # --- KL -------------------------------------------------------------------------------------
     Field("use_kl_loss", True, "Add a KL(policy || reference) term to the loss.", boolean, "kl"),
     Field("kl_loss_coef", 0.001, "Coefficient of the KL loss.", non_negative, "kl"),
@@ -292,21 +329,44 @@ FIELDS: tuple[Field, ...] = (
     Field("value_clip", None, "Critic value clip (used with adv_estimator='gae').",
           optional(positive), "advantage"),
     # --- evaluation -----------------------------------------------------------------------------
-    Field("eval_num_problems", 200, "Held-out problems scored by RLVR.evaluate_accuracy().",
+    # RLVR.evaluate (RLlib's evaluation step, every evaluation_interval iterations) and
+    # RLVR.evaluate_accuracy score held-out problems with the evaluation config: the training
+    # config with RLlib's evaluation_config overrides, so temperature, top_p and response_length
+    # there are evaluation's own (see RLVR.evaluate).
+    Field("eval_dataset", None,
+          "Held-out problems: None = the training env's dataset (env_config['dataset']) at "
+          "eval_split; or a dataset of their own: 'arithmetic', a local .jsonl/.json/.parquet "
+          "file, or a Hugging Face dataset name or directory (read at eval_split). A local file is "
+          "one split, so training on one needs an eval_dataset of its own: evaluation refuses to "
+          "score the training problems.", optional(text), "evaluation"),
+    Field("eval_split", "test",
+          "Split of the held-out problems (ignored for local files).", text, "evaluation"),
+    Field("eval_num_problems", 200,
+          "Held-out problems scored per evaluation: the first eval_num_problems of the held-out "
+          "dataset (all of them if it has fewer), shared out over the evaluation env runners.",
           positive_int, "evaluation"),
-    Field("eval_temperature", 1.0,
-          "Sampling temperature of evaluation; 0 = greedy.", non_negative, "evaluation"),
+    Field("eval_num_samples", 1,
+          "Responses sampled per held-out problem (n). pass@1 is the mean correctness of all "
+          "n responses (the unbiased estimator c/n of Chen et al. 2021, arXiv:2107.03374), and "
+          "pass@k with k = n the share of problems with at least one correct response.",
+          positive_int, "evaluation"),
 )
 
 FIELDS_BY_NAME: dict[str, Field] = {f.name: f for f in FIELDS}
 
-# ROLL's names that map onto ours: alias -> our field. The pg-variant aliases are core's own.
-ALIASES: dict[str, str] = {**PARAM_ALIASES, "max_new_tokens": "response_length"}
+# ROLL's names (and RLlib's num_epochs) that map onto ours: alias -> our field.
+ALIASES: dict[str, str] = {
+    "max_new_tokens": "response_length",
+    "postive_loss_coef": "positive_loss_coef",  # ROLL's own spelling
+    "num_epochs": "ppo_epochs",  # RLlib's name: passes over the batch, the same meaning
+}
 
 
-def check_field(name: str, value: Any) -> None:
-    """Raise ValueError naming the field, the value and the rule, if `value` breaks the rule."""
-    rule = FIELDS_BY_NAME[name].rule
+def check_field(name: str, value: Any, *, in_evaluation: bool = False) -> None:
+    """Raise ValueError naming the field, the value and the rule, if `value` breaks the rule
+    (the field's evaluation rule, if it has one, in an evaluation config)."""
+    field = FIELDS_BY_NAME[name]
+    rule = field.eval_rule if in_evaluation and field.eval_rule else field.rule
     why = rule(value) if rule else None
     if why is not None:
         raise ValueError(f"RLVRConfig.{name}={value!r} is invalid: it {why}.")

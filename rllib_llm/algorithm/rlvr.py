@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ray.rllib.algorithms.algorithm import Algorithm
+from ray.rllib.callbacks.utils import make_callback
 from ray.rllib.utils.metrics import (
     ENV_RUNNER_RESULTS,
     LEARNER_RESULTS,
     NUM_ENV_STEPS_SAMPLED_LIFETIME,
     TIMERS,
 )
+
+from rllib_llm.algorithm.evaluation import (
+    check_held_out,
+    evaluation_metrics,
+    shard_seed,
+)
+from rllib_llm.algorithm.fields import check_field
+from rllib_llm.rollout.env_runner import SAMPLER_STATE
+from rllib_llm.rollout.evaluation import EvalShard
+
+# Our part of the algorithm's checkpoint: each remote env runner's sampler state (RLlib saves
+# only the driver's env runner, which does not sample when there are remote ones).
+REMOTE_SAMPLERS = "rlvr_remote_samplers"
 
 # Timer names (under timers/ in the results): the phases of one iteration.
 SAMPLE_TIMER = "sample"  # generate + verify (split further in env_runners/time_*_s)
@@ -33,7 +49,6 @@ class RLVR(Algorithm):
                                                          self.env_runner_group)
 
     def training_step(self) -> None:
-        cfg = self.config
         with self.metrics.log_time((TIMERS, SAMPLE_TIMER), reduce="mean", window=1):
             episodes, runner_metrics = self._sample()
         self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
@@ -43,9 +58,11 @@ class RLVR(Algorithm):
                 episodes=episodes,
                 timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
                     (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)},
-                num_epochs=cfg.ppo_epochs,
-                minibatch_size=cfg.mini_batch_size,
-                shuffle_batch_per_epoch=False,  # keep prompt groups together
+                # The whole batch in one call: RLVRLearner runs the ppo_epochs x mini-batch
+                # optimizer steps itself, counting responses and keeping prompt groups whole
+                # (RLlib's iterator counts env steps, which are tokens here).
+                num_epochs=1,
+                minibatch_size=None,
             )
         self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
 
@@ -78,6 +95,30 @@ class RLVR(Algorithm):
             self._weight_broadcast.invalidate()
         return restored
 
+    # --- checkpoints ------------------------------------------------------------------------------
+    def get_state(self, components=None, *, not_components=None, **kwargs):
+        state = super().get_state(components, not_components=not_components, **kwargs)
+        group = self.env_runner_group
+        if group is not None and group.num_remote_env_runners() > 0:
+            states = group.foreach_env_runner(
+                lambda r: (r.worker_index, r.get_state(components=SAMPLER_STATE)),
+                local_env_runner=False)
+            state[REMOTE_SAMPLERS] = {index: s[SAMPLER_STATE] for index, s in states}
+        return state
+
+    def set_state(self, state) -> None:
+        """RLlib's restore, plus each remote runner's sampler state; then every runner gets
+        the restored weights with their version (RLlib's sync skips runners whose version
+        looks newer)."""
+        super().set_state(state)
+        samplers = state.get(REMOTE_SAMPLERS)
+        group = self.env_runner_group
+        if samplers and group is not None:
+            group.foreach_env_runner(
+                lambda r: r.set_state({SAMPLER_STATE: samplers[r.worker_index]})
+                if r.worker_index in samplers else None,
+                local_env_runner=False)
+
     def _sample(self):
         """Episodes and metrics from every env runner (the local one when there are none)."""
         group = self.env_runner_group
@@ -90,21 +131,77 @@ class RLVR(Algorithm):
         episodes = [e for eps, _ in results for e in eps]
         return episodes, [m for _, m in results]
 
-    def evaluate_accuracy(self, *, split: str = "test", num_problems: int | None = None,
-                          temperature: float | None = None, seed: int = 0) -> dict[str, float]:
-        """Verifier accuracy of the current policy on held-out problems (one sample each)."""
-        cfg = self.config
-        group = self.env_runner_group
-        kwargs = dict(
-            split=split,
-            num_problems=num_problems or cfg.eval_num_problems,
-            temperature=cfg.eval_temperature if temperature is None else temperature,
-            seed=seed,
-        )
-        if group.local_env_runner is not None:
-            if self._weight_broadcast is not None:
-                self._weight_broadcast.refresh_local_env_runner()
-            return group.local_env_runner.evaluate(**kwargs)
-        return group.foreach_env_runner(
-            lambda r: r.evaluate(**kwargs), remote_worker_ids=[1], local_env_runner=False
-        )[0]
+    # --- evaluation -----------------------------------------------------------------------------
+    def evaluate(self, parallel_train_future=None) -> dict[str, Any]:
+        """Score the current policy on held-out problems; RLlib's `Algorithm.step` calls this every
+        `evaluation_interval` iterations and files the result under "evaluation".
+
+        Honours RLlib's evaluation settings: the evaluation config (`evaluation_config`
+        overrides: `temperature`, 0 = greedy; `top_p`; `response_length`; the `eval_*` fields)
+        decides what is sampled, and the evaluation env runners (`evaluation_num_env_runners`,
+        or the evaluation group's local runner when 0) share the problems out, after receiving
+        the learner's weights. A `custom_evaluation_function` replaces all of this, as in RLlib.
+
+        Returns:
+            pass@1, pass@k, num_problems, samples_per_problem, num_samples and
+            response_length_mean (`rllib_llm.algorithm.evaluation`).
+        """
+        if self.config.custom_evaluation_function:
+            return super().evaluate(parallel_train_future)
+        self._evaluation_callback("on_evaluate_start")
+        results = evaluation_metrics(self._score_held_out(self.evaluation_config))
+        self._evaluation_callback("on_evaluate_end", evaluation_metrics=results)
+        return results
+
+    def evaluate_accuracy(self, *, num_problems: int | None = None,
+                          temperature: float | None = None,
+                          seed: int | None = None) -> dict[str, Any]:
+        """`evaluate()` with the evaluation config's `eval_num_problems`, `temperature` and
+        sampling seed (default: the config's `seed`, or 0) replaced for this call."""
+        cfg = self.evaluation_config.copy(copy_frozen=False)
+        for name, value in (("eval_num_problems", num_problems), ("temperature", temperature)):
+            if value is not None:
+                check_field(name, value, in_evaluation=True)
+                setattr(cfg, name, value)
+        return evaluation_metrics(self._score_held_out(cfg, seed))
+
+    def _score_held_out(self, eval_config, seed: int | None = None) -> list[EvalShard]:
+        """Every evaluating runner's shard of the held-out problems, one shard per runner."""
+        check_held_out(self.config, eval_config)
+        base = (self.config.seed or 0) if seed is None else seed
+        group, ids = self._evaluation_runners()
+        if not ids:
+            return [group.local_env_runner.evaluate(config=eval_config, seed=shard_seed(base, 0))]
+
+        def score(runner):
+            shard = ids.index(runner.worker_index)
+            return runner.evaluate(config=eval_config, shard=shard, num_shards=len(ids),
+                                   seed=shard_seed(base, shard))
+
+        return group.foreach_env_runner(score, remote_worker_ids=ids, local_env_runner=False)
+
+    def _evaluation_runners(self):
+        """The group that evaluates, holding the learner's current weights, and its healthy
+        remote runners (none: its local runner evaluates).
+
+        The evaluation group (RLlib builds one when `evaluation_interval` or
+        `evaluation_num_env_runners` is set) receives the weights through the object store, as
+        in RLlib. Without one the training runners evaluate: they hold the weights already,
+        except the driver's runner behind a broadcast, which catches up if it is the one.
+        """
+        group = self.eval_env_runner_group
+        if group is not None:
+            group.sync_weights(from_worker_or_learner_group=self.learner_group,
+                               inference_only=True)
+        else:
+            group = self.env_runner_group
+        ids = group.healthy_env_runner_ids() if group.num_remote_env_runners() else []
+        if not ids and group is self.env_runner_group and self._weight_broadcast is not None:
+            self._weight_broadcast.refresh_local_env_runner()
+        return group, ids
+
+    def _evaluation_callback(self, name: str, **kwargs) -> None:
+        """RLlib's evaluation callbacks (`on_evaluate_start`, `on_evaluate_end`)."""
+        make_callback(name, callbacks_objects=self.callbacks,
+                      callbacks_functions=getattr(self.config, f"callbacks_{name}"),
+                      kwargs=dict(algorithm=self, metrics_logger=self.metrics, **kwargs))

@@ -37,9 +37,15 @@ from rllib_llm.core.kl import (
     kl_full,
     register_kl_estimator,
 )
-from rllib_llm.core.lm_losses import positive_nll_loss
+from rllib_llm.core.lm_losses import positive_nll_loss, roll_topr_terms
 from rllib_llm.core.masked import masked_mean, masked_sum, masked_var
-from rllib_llm.core.names import NameKind, registered_names
+from rllib_llm.core.names import (
+    NameKind,
+    Registrations,
+    registered_names,
+    restore_registrations,
+    user_registrations,
+)
 from rllib_llm.core.normalisation import (
     NORM_TYPES,
     NormType,
@@ -48,11 +54,14 @@ from rllib_llm.core.normalisation import (
     reward_norm,
     whiten,
 )
+from rllib_llm.core.pass_at_k import pass_at_k
 from rllib_llm.core.pipeline import (
     ADV_ESTIMATOR_REGISTRY,
     ADV_ESTIMATORS,
     AdvEstimator,
+    AdvEstimatorInfo,
     EstimatorInputs,
+    adv_estimator_info,
     compute_advantages,
     group_adv_estimator,
     last_token_rewards,
@@ -61,7 +70,6 @@ from rllib_llm.core.pipeline import (
     token_level_rewards,
 )
 from rllib_llm.core.policy_losses import (
-    PARAM_ALIASES,
     PG_VARIANT_REGISTRY,
     PG_VARIANTS,
     TOPR_RATIO_LEVELS,
@@ -69,7 +77,6 @@ from rllib_llm.core.policy_losses import (
     pg_variant_params,
     policy_loss,
     register_pg_variant,
-    resolve_aliases,
 )
 from rllib_llm.core.registry import Registry
 from rllib_llm.core.rollout_correction import (
@@ -91,13 +98,13 @@ __all__ = [
     "KL_KINDS",
     "KL_PENALTIES",
     "NORM_TYPES",
-    "PARAM_ALIASES",
     "PG_VARIANTS",
     "PG_VARIANT_REGISTRY",
     "ROLLOUT_IS_LEVELS",
     "TOPR_RATIO_LEVELS",
     "AdaptiveKLController",
     "AdvEstimator",
+    "AdvEstimatorInfo",
     "AggCounts",
     "AggMode",
     "EstimatorInputs",
@@ -108,8 +115,10 @@ __all__ = [
     "NormType",
     "PgVariant",
     "Registry",
+    "Registrations",
     "RolloutIsLevel",
     "RunningMeanStd",
+    "adv_estimator_info",
     "agg_counts",
     "agg_loss",
     "check_agg_mode",
@@ -127,20 +136,23 @@ __all__ = [
     "masked_mean",
     "masked_sum",
     "masked_var",
+    "pass_at_k",
     "pg_variant_params",
     "policy_loss",
     "positive_nll_loss",
+    "roll_topr_terms",
     "process_scores",
     "register_adv_estimator",
     "register_group_estimator",
     "register_kl_estimator",
     "register_pg_variant",
     "registered_names",
-    "resolve_aliases",
+    "restore_registrations",
     "reward_norm",
     "rollout_is_weights",
     "rollout_mismatch_kl",
     "token_level_rewards",
+    "user_registrations",
     "value_loss",
     "value_loss_per_token",
     "whiten",

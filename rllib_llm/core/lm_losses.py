@@ -44,3 +44,49 @@ def positive_nll_loss(
     total = zero_masked(logp, positive_mask, dtype).sum()
     count = positive_mask.to(dtype).sum() if num_tokens is None else num_tokens
     return -safe_divide(total, torch.as_tensor(count, dtype=dtype, device=logp.device))
+
+
+def roll_topr_terms(
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, positive: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """ROLL's extra TOPR loss terms (`postive_loss_coef`, `use_topr_neg_loss_coef` in ROLL's
+    actor_pg_worker), per token, with the masks to aggregate each over.
+
+    - positive term over responses with positive = 1: −logp·A (REINFORCE, no ratio);
+    - negative term over the rest: −sg(clip(r, 0, 1))·logp·A, r = exp(logp − old_logp).
+
+    ROLL adds `coef · agg_loss(term, mask_of_term, loss_agg_mode)` of each to the total loss,
+    outside `rl_loss_coef`. Reducing is the caller's job (`agg_loss`).
+
+    Args:
+        logp: [B, T] log π_θ of the sampled tokens (gradient flows).
+        old_logp: [B, T] behaviour log-probs (detached here).
+        advantages: [B, T] advantages (detached here).
+        mask: [B, T] binary mask of the agent's tokens.
+        positive: [B] 1 for a positive response, 0 otherwise (ROLL: score > 0; the learner
+            passes the verifier's correct flag, see `RLVRLearner`).
+
+    Returns:
+        positive_loss [B, T], positive_mask [B, T], negative_loss [B, T], negative_mask [B, T];
+        losses are 0 outside their mask.
+    """
+    check_same_shape(
+        {"logp": logp, "old_logp": old_logp, "advantages": advantages, "mask": mask},
+        "roll_topr_terms",
+    )
+    if positive.shape != logp.shape[:1]:
+        raise ValueError(
+            f"roll_topr_terms: positive has shape {tuple(positive.shape)}, expected "
+            f"[B]={tuple(logp.shape[:1])} (one flag per response)."
+        )
+    dtype = compute_dtype(logp, old_logp, advantages)
+    m = bool_mask(mask)  # (B, T)
+    is_positive = (positive > 0)[:, None]  # (B, 1)
+    positive_mask, negative_mask = m & is_positive, m & ~is_positive  # (B, T) each
+    advantages = advantages.detach().to(dtype)
+    log_ratio = (logp.detach() - old_logp.detach()).to(dtype)
+    # clip(r, 0, 1) = exp(min(log r, 0)): never overflows.
+    clipped_ratio = torch.exp(log_ratio.clamp(max=0.0))
+    positive_loss = zero_masked(-logp * advantages, positive_mask, dtype)
+    negative_loss = zero_masked(-clipped_ratio * logp * advantages, negative_mask, dtype)
+    return positive_loss, positive_mask.to(dtype), negative_loss, negative_mask.to(dtype)

@@ -65,14 +65,44 @@ ADV_ESTIMATOR_REGISTRY: Registry[AdvEstimatorFn] = Registry(
 )
 
 
+@dataclass(frozen=True)
+class AdvEstimatorInfo:
+    """What an advantage estimator needs, declared when it is registered; config validation
+    reads it (a group baseline rejects num_return_sequences_in_group=1).
+
+    Attributes:
+        needs_groups: it compares the responses of one prompt, so needs >= 2 per prompt.
+        needs_critic: it reads ``EstimatorInputs.values`` from a critic (value model).
+    """
+
+    needs_groups: bool
+    needs_critic: bool = False
+
+
 def register_adv_estimator(
-    name: str, *, override: bool = False
+    name: str, *, needs_groups: bool, needs_critic: bool = False, override: bool = False
 ) -> Callable[[AdvEstimatorFn], AdvEstimatorFn]:
-    """Decorator adding an advantage estimator ``fn(EstimatorInputs) -> (advantages, returns)``."""
-    return ADV_ESTIMATOR_REGISTRY.register(name, override=override)
+    """Decorator adding an advantage estimator ``fn(EstimatorInputs) -> (advantages, returns)``.
+
+    ``needs_groups`` (required: a wrong guess would let a group baseline train on groups of one)
+    and ``needs_critic`` declare what it needs; see ``AdvEstimatorInfo``.
+    """
+    if not isinstance(needs_groups, bool) or not isinstance(needs_critic, bool):
+        raise ValueError(
+            f"register_adv_estimator({name!r}) got needs_groups={needs_groups!r}, "
+            f"needs_critic={needs_critic!r}; pass True or False for each."
+        )
+    return ADV_ESTIMATOR_REGISTRY.register(
+        name, override=override, info=AdvEstimatorInfo(needs_groups, needs_critic)
+    )
 
 
-@register_adv_estimator("reinforce")
+def adv_estimator_info(name: str) -> AdvEstimatorInfo:
+    """What the estimator registered as ``name`` declared (``ValueError`` if unknown)."""
+    return ADV_ESTIMATOR_REGISTRY.info(name)
+
+
+@register_adv_estimator("reinforce", needs_groups=False)
 def reinforce_estimator(inputs: EstimatorInputs) -> tuple[Tensor, Tensor]:
     """A_t = discounted return Σ_{k≥t} γ^{k−t} r_k. REINFORCE++ (arXiv:2501.03262) is this plus
     KL in the reward plus batch whitening."""
@@ -80,7 +110,7 @@ def reinforce_estimator(inputs: EstimatorInputs) -> tuple[Tensor, Tensor]:
     return returns, returns
 
 
-@register_adv_estimator("gae")
+@register_adv_estimator("gae", needs_groups=False, needs_critic=True)
 def gae_estimator(inputs: EstimatorInputs) -> tuple[Tensor, Tensor]:
     """GAE with the critic's ``values``; decoupled GAE (VC-PPO, arXiv:2503.01491) computes the
     critic's returns with ``critic_lambd`` (1.0 there: unbiased targets for a long horizon) and
@@ -117,7 +147,7 @@ def group_adv_estimator(name: str) -> AdvEstimatorFn:
 
 
 for _name in ("grpo", "rloo", "reinforce_baseline"):
-    register_adv_estimator(_name)(group_adv_estimator(_name))
+    register_adv_estimator(_name, needs_groups=True)(group_adv_estimator(_name))
 
 
 def last_token_rewards(scores: Tensor, mask: Tensor) -> Tensor:

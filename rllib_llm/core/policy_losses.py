@@ -43,13 +43,6 @@ DUAL_CLIPFRAC = "dual_clipfrac"  # ppo only: share where the dual clip −c·A b
 CISPO_MASKFRAC = "cispo_maskfrac"  # cispo only: share zeroed by the unified mask
 SEQ_RATIO_MEAN = "seq_ratio_mean"  # gspo and topr: token-weighted mean of the sequence ratio
 
-# ROLL's older TOPR field names → ours. Kept in core, next to the parameters they rename, so a
-# config layer and a direct caller of ``policy_loss`` accept the same spellings.
-PARAM_ALIASES: dict[str, str] = {
-    "positive_loss_coef": "topr_positive_weight",
-    "use_topr_neg_loss_coef": "topr_negative_weight",
-}
-
 # A variant: (logp, old_logp, advantages, mask, *, scores, **params) -> (loss [B,T], token
 # metrics {name: [B,T]}). Inputs arrive cast to the compute dtype, padding zeroed, old_logp and
 # advantages detached; token metrics are reduced to masked means by ``policy_loss``.
@@ -76,22 +69,6 @@ def pg_variant_params(pg_variant: str) -> dict[str, Any]:
         for p in inspect.signature(fn).parameters.values()
         if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name != "scores"
     }
-
-
-def resolve_aliases(params: Mapping[str, Any]) -> dict[str, Any]:
-    """Rename ROLL's alias fields (``PARAM_ALIASES``) to ours; a clash of values raises."""
-    resolved: dict[str, Any] = {}
-    given_as: dict[str, str] = {}
-    for name, value in params.items():
-        canonical = PARAM_ALIASES.get(name, name)
-        if canonical in resolved and resolved[canonical] != value:
-            raise ValueError(
-                f"{name}={value!r} conflicts with {given_as[canonical]}={resolved[canonical]!r}: "
-                f"both set {canonical} (ROLL's aliases: {PARAM_ALIASES}). Set only {canonical}."
-            )
-        resolved[canonical] = value
-        given_as[canonical] = name
-    return resolved
 
 
 def _check_params(pg_variant: str, params: Mapping[str, Any]) -> None:
@@ -125,8 +102,7 @@ def policy_loss(
         advantages: [B, T] processed advantages A (detached here).
         mask: [B, T] binary mask of the agent's tokens.
         scores: [B] verifier scores; TOPR needs them (it splits by score > 0).
-        **params: the variant's parameters (``pg_variant_params(pg_variant)``); ROLL aliases
-            in ``PARAM_ALIASES`` are accepted.
+        **params: the variant's parameters (``pg_variant_params(pg_variant)``).
 
     Returns:
         per_token_loss: [B, T], 0 outside the mask, compute dtype (see ``core.masked``).
@@ -135,7 +111,6 @@ def policy_loss(
             masked over this batch's tokens, 0 when it has none.
     """
     fn = PG_VARIANT_REGISTRY.get(pg_variant)
-    params = resolve_aliases(params)
     _check_params(pg_variant, params)
     check_same_shape(
         {"logp": logp, "old_logp": old_logp, "advantages": advantages, "mask": mask},

@@ -14,7 +14,7 @@ from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core import DEFAULT_MODULE_ID
 
 from rllib_llm import core
-from rllib_llm.learner.packing import episode_tokens, order_by_group, pack
+from rllib_llm.learner.packing import pack_episodes
 
 # Metric names this connector logs (under the learner's results).
 KL_COEF = "kl_in_reward_coef"
@@ -47,9 +47,7 @@ class PackAndComputeAdvantages(ConnectorV2):
                  metrics=None, **kwargs) -> Any:
         cfg = self.cfg
         module = rl_module[DEFAULT_MODULE_ID]
-        items = order_by_group([episode_tokens(e) for e in episodes],
-                               cfg.num_return_sequences_in_group)
-        data = pack(items, self.pad_token_id)
+        data = pack_episodes(episodes, cfg.num_return_sequences_in_group, self.pad_token_id)
         mask = data["action_mask"]
         if cfg.recomputes_old_logp:
             self._recompute_old_logp(module, data, metrics)
@@ -78,7 +76,7 @@ class PackAndComputeAdvantages(ConnectorV2):
             advantage_clip=cfg.advantage_clip,
         )
         if token_kl is not None:
-            self.kl_controller.update(mean_kl, len(items))
+            self.kl_controller.update(mean_kl, len(episodes))
         data["advantages"] = advantages.float()
         self._log(metrics, SCORE_MEAN, data["scores"].mean().item())
         n = mask.sum().clamp(min=1)

@@ -2,9 +2,13 @@
 
     L = rl_loss_coef * (agg(L_pg) + [use_kl_loss] * kl_loss_coef * agg(kl(logp, ref_logp)))
         - entropy_coef * agg(entropy) + positive_nll_coef * positive_nll_loss
+        + positive_loss_coef * agg_pos(-logp * A) + use_topr_neg_loss_coef * agg_neg(...)
 
-Every term is normalised by the counts of the whole mini-batch, computed before it is split into
-micro-batches, so `micro_batch_size` changes memory use and nothing else.
+One call of `_update` is one training iteration: `ppo_epochs` passes over the rollout batch in
+mini-batches of whole prompt groups (`minibatches.py`), one optimizer step each. Every term is
+normalised by the counts of the whole mini-batch, computed before it is split into
+micro-batches, so `micro_batch_size` changes memory use and nothing else — the logged metrics
+included: they are the mini-batch's values, averaged over the iteration's optimizer steps.
 """
 
 from __future__ import annotations
@@ -17,19 +21,34 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 
 from rllib_llm import core
-from rllib_llm.rollout.threads import set_torch_threads
+from rllib_llm.exchange.columns import CORRECT
+from rllib_llm.exchange.threads import set_torch_threads
+from rllib_llm.learner.minibatches import minibatch_rows
+from rllib_llm.learner.step_metrics import StepMetrics
 
 # Metric names the learner logs per module (besides the pg variant's own metrics).
 PG_LOSS = "pg_loss"
 KL_LOSS = "kl_loss"
 ENTROPY = "entropy"
 POSITIVE_NLL = "positive_nll_loss"
+POSITIVE_LOSS = "positive_loss"  # ROLL's postive_loss (positive_loss_coef)
+TOPR_NEG_LOSS = "topr_neg_loss"  # ROLL's topr_neg_loss (use_topr_neg_loss_coef)
 TOTAL_LOSS = "loss"
 TOKENS_PER_S = "learner_tokens_per_s"
+NUM_OPTIMIZER_STEPS = "num_optimizer_steps"  # optimizer steps taken this iteration
+NUM_NONFINITE_SKIPPED = "num_nonfinite_steps_skipped"  # steps skipped so far (lifetime)
+GRAD_NORM = "grad_norm"  # global gradient norm before clipping, mean over the steps
+
+# pg variants that split responses into positive and negative ones: they get the verifier's
+# correct flag as their `scores` (1.0 or 0.0), so a format bonus on a wrong answer cannot make
+# it "positive". Other variants get the scores themselves.
+SPLITS_BY_CORRECT = frozenset({"topr"})
+_STATE_KEY = "rlvr_learner"  # our part of the learner's checkpoint
 
 
 class RLVRLearner(TorchLearner):
     def build(self) -> None:
+        core.restore_registrations(self.config.user_registrations)  # the driver's, if remote
         set_torch_threads(self.config.num_torch_threads)
         super().build()
         cfg = self.config
@@ -40,7 +59,13 @@ class RLVRLearner(TorchLearner):
             name: getattr(cfg, name) for name in params if hasattr(cfg, name)
         } | dict(cfg.pg_variant_kwargs)
         self._counts: core.AggCounts | None = None
-        self._positive_tokens: torch.Tensor | None = None
+        self._term_counts: dict[str, torch.Tensor] = {}
+        self._step_metrics: StepMetrics | None = None
+        # Shuffles the order of the prompt groups per epoch when RLlib's
+        # shuffle_batch_per_epoch asks for it; seeded, and saved with the checkpoint.
+        self._shuffle = torch.Generator().manual_seed(cfg.seed or 0)
+        self._nonfinite_in_a_row = 0
+        self._nonfinite_total = 0
 
     def get_parameters(self, module) -> list[torch.nn.Parameter]:
         # The frozen reference model is part of the module but never optimised.
@@ -55,44 +80,103 @@ class RLVRLearner(TorchLearner):
             for name, optim in self._named_optimizers.items()
         }
 
-    def _uncompiled_update(self, batch: dict[str, Any], **kwargs):
-        """One optimizer step over a mini-batch, accumulated over micro-batches."""
+    # --- one iteration: epochs x mini-batches, one optimizer step each ---------------------------
+    def _update(self, batch: dict[str, Any], **kwargs):
+        """Every optimizer step of one iteration (RLlib hands us the whole batch once)."""
         start = time.perf_counter()
+        cfg = self.config
         data = batch[DEFAULT_MODULE_ID]
-        mask = data["action_mask"]
+        steps = minibatch_rows(
+            data["action_mask"].shape[0], group_size=cfg.num_return_sequences_in_group,
+            mini_batch_size=cfg.mini_batch_size, num_epochs=cfg.ppo_epochs,
+            generator=self._shuffle if cfg.shuffle_batch_per_epoch else None,
+        )
+        results = [self._optimizer_step({k: v[rows] for k, v in data.items()})
+                   for rows in steps]
+        merged = StepMetrics.over_steps(results)
+        for name, value in merged.items():
+            self.metrics.log_value((DEFAULT_MODULE_ID, name), value, window=1)
+        self.metrics.log_value((DEFAULT_MODULE_ID, NUM_OPTIMIZER_STEPS), len(steps), window=1)
+        self.metrics.log_value((DEFAULT_MODULE_ID, NUM_NONFINITE_SKIPPED),
+                               self._nonfinite_total, window=1)
+        seconds = time.perf_counter() - start
+        tokens = float(data["attention_mask"].sum()) * cfg.ppo_epochs
+        self.metrics.log_value((DEFAULT_MODULE_ID, TOKENS_PER_S), tokens / seconds, window=1)
+        loss = torch.tensor(merged.get(TOTAL_LOSS, float("nan")))
+        return {}, {DEFAULT_MODULE_ID: loss}, {}
+
+    def _optimizer_step(self, mini: dict[str, torch.Tensor]) -> dict[str, float]:
+        """One optimizer step on a mini-batch, accumulated over its micro-batches.
+
+        A non-finite loss or gradient skips the step (the weights and Adam's moments stay as
+        they were); `max_consecutive_nonfinite_steps` skipped in a row stop training.
+        """
+        cfg = self.config
+        mask = mini["action_mask"]
         self._counts = core.agg_counts(mask)
-        positive = (data["scores"] > 0).to(mask.dtype).unsqueeze(-1)  # (B, 1)
-        self._positive_tokens = (mask * positive).sum()
+        positive = _positive(mini)[:, None]  # (B, 1)
+        self._term_counts = {
+            "positive": (mask * positive).sum(), "negative": (mask * (1 - positive)).sum(),
+        }
+        self._step_metrics = metrics = StepMetrics()
         for optim in self._optimizer_parameters:
             optim.zero_grad(set_to_none=True)
-        total = torch.zeros(())
-        fwd_out = {}
-        for micro in _split(data, self.config.micro_batch_size):
+        total = torch.zeros((), dtype=torch.float64)
+        for micro in _split(mini, cfg.micro_batch_size):
             fwd_out = self.module.forward_train({DEFAULT_MODULE_ID: micro})
-            losses = self.compute_losses(fwd_out=fwd_out, batch={DEFAULT_MODULE_ID: micro})
-            loss = losses[DEFAULT_MODULE_ID]
+            loss = self.compute_losses(fwd_out=fwd_out, batch={DEFAULT_MODULE_ID: micro})[
+                DEFAULT_MODULE_ID]
             loss.backward()
-            total = total + loss.detach()
+            total = total + loss.detach().double()
         grads = {pid: p.grad for pid, p in self._params.items() if p.grad is not None}
-        self.apply_gradients(self.postprocess_gradients(grads))
-        seconds = time.perf_counter() - start
-        self.metrics.log_value((DEFAULT_MODULE_ID, TOKENS_PER_S),
-                               float(data["attention_mask"].sum()) / seconds, window=1)
-        return fwd_out, {DEFAULT_MODULE_ID: total}, {}
+        grad_norm = _global_norm(grads.values())
+        if not (torch.isfinite(total) and torch.isfinite(grad_norm)):
+            self._skip_nonfinite_step(float(total), float(grad_norm))
+        else:
+            self._nonfinite_in_a_row = 0
+            self.apply_gradients(self.postprocess_gradients(grads))
+        metrics.add_sum(TOTAL_LOSS, float(total))
+        metrics.add_sum(GRAD_NORM, float(grad_norm))
+        return metrics.values()
 
+    def _skip_nonfinite_step(self, loss: float, grad_norm: float) -> None:
+        cfg = self.config
+        for optim in self._optimizer_parameters:
+            optim.zero_grad(set_to_none=True)
+        self._nonfinite_in_a_row += 1
+        self._nonfinite_total += 1
+        if self._nonfinite_in_a_row >= cfg.max_consecutive_nonfinite_steps:
+            raise FloatingPointError(
+                f"RLVR: {self._nonfinite_in_a_row} optimizer steps in a row had a non-finite "
+                f"loss or gradient (last: loss={loss}, grad norm={grad_norm}); they were skipped, "
+                "and training stops here before the weights are corrupted. Likely causes: a "
+                f"learning rate too high (lr={cfg.lr!r}), too little precision "
+                f"(model_dtype={cfg.model_dtype!r}: try 'float32'), no gradient clipping "
+                f"(grad_clip={cfg.grad_clip!r}), or non-finite rewards. "
+                f"max_consecutive_nonfinite_steps={cfg.max_consecutive_nonfinite_steps} sets "
+                "how many are tolerated."
+            )
+
+    # --- the loss of one micro-batch ------------------------------------------------------------
     def compute_loss_for_module(self, *, module_id, config, batch, fwd_out) -> torch.Tensor:
         cfg = config
         logp, mask = fwd_out["logp"], batch["action_mask"]  # (B, T) each
         counts = self._counts or core.agg_counts(mask)
+        metrics = self._step_metrics if self._step_metrics is not None else StepMetrics()
+        share = _token_share(mask, counts)  # this micro-batch's share of the mini-batch tokens
         norm_length = cfg.loss_agg_norm_length or cfg.response_length
 
-        def agg(per_token: torch.Tensor) -> torch.Tensor:
-            return core.agg_loss(per_token, mask, cfg.loss_agg_mode, norm_length=norm_length,
-                                 num_tokens=counts.num_tokens, num_seqs=counts.num_seqs)
+        def agg(per_token: torch.Tensor, term_mask: torch.Tensor = mask,
+                num_tokens: torch.Tensor | None = None) -> torch.Tensor:
+            return core.agg_loss(per_token, term_mask, cfg.loss_agg_mode, norm_length=norm_length,
+                                 num_tokens=counts.num_tokens if num_tokens is None else num_tokens,
+                                 num_seqs=counts.num_seqs)
 
+        positive = _positive(batch)  # (B,)
+        scores = positive if cfg.pg_variant in SPLITS_BY_CORRECT else batch["scores"]
         pg_tok, pg_metrics = core.policy_loss(
             cfg.pg_variant, logp, batch["old_logp"], batch["advantages"], mask,
-            scores=batch["scores"], **self._pg_params,
+            scores=scores, **self._pg_params,
         )
         if cfg.rollout_is_level is not None:
             # Train/inference mismatch correction (core/rollout_correction.py).
@@ -107,33 +191,57 @@ class RLVRLearner(TorchLearner):
         if cfg.use_kl_loss:
             kl = agg(core.kl_estimate(logp, batch["ref_logp"], cfg.kl_loss_kind))
             loss = loss + cfg.kl_loss_coef * kl
-            self._log(module_id, KL_LOSS, kl)
+            metrics.add_sum(KL_LOSS, float(kl.detach()))
         loss = cfg.rl_loss_coef * loss
-        entropy = agg(fwd_out["entropy"].detach() if cfg.entropy_coef == 0 else fwd_out["entropy"])
+        entropy = agg(fwd_out["entropy"])
         if cfg.entropy_coef:
             loss = loss - cfg.entropy_coef * entropy
         if cfg.positive_nll_coef:
-            nll = core.positive_nll_loss(logp, mask, batch["scores"],
-                                         num_tokens=self._positive_tokens)
+            nll = core.positive_nll_loss(logp, mask, positive,
+                                         num_tokens=self._term_counts.get("positive"))
             loss = loss + cfg.positive_nll_coef * nll
-            self._log(module_id, POSITIVE_NLL, nll)
-        self._log(module_id, PG_LOSS, pg_loss)
-        self._log(module_id, ENTROPY, entropy)
-        self._log(module_id, TOTAL_LOSS, loss)
+            metrics.add_sum(POSITIVE_NLL, float(nll.detach()))
+        if cfg.positive_loss_coef or cfg.use_topr_neg_loss_coef:
+            pos_tok, pos_mask, neg_tok, neg_mask = core.roll_topr_terms(
+                logp, batch["old_logp"], batch["advantages"], mask, positive)
+            pos = agg(pos_tok, pos_mask, self._term_counts.get("positive"))
+            neg = agg(neg_tok, neg_mask, self._term_counts.get("negative"))
+            loss = loss + cfg.positive_loss_coef * pos + cfg.use_topr_neg_loss_coef * neg
+            metrics.add_sum(POSITIVE_LOSS, float(pos.detach()))
+            metrics.add_sum(TOPR_NEG_LOSS, float(neg.detach()))
+        metrics.add_sum(PG_LOSS, float(pg_loss.detach()))
+        metrics.add_sum(ENTROPY, float(entropy.detach()))
         for name, value in pg_metrics.items():
-            self._log(module_id, name, value)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(
-                f"RLVR loss is {loss.item()} (pg_loss={pg_loss.item()}): stopping before the "
-                "update corrupts the weights. Lower lr, set grad_clip, or check the rewards."
-            )
+            metrics.add_token_stat(name, float(value), share)
         return loss
 
-    # --- weight sync by broadcast (rank 0 of the group; see rollout/weight_broadcast.py) -------
+    # --- checkpoints: what RLlib's Learner state leaves out -------------------------------------
+    def get_state(self, components=None, *, not_components=None, **kwargs) -> dict[str, Any]:
+        state = super().get_state(components, not_components=not_components, **kwargs)
+        connector = self._learner_connector
+        state[_STATE_KEY] = {
+            # Adaptive KL coefficient and running reward statistics (learner/connector.py).
+            "connector": connector.get_state() if connector is not None else {},
+            "shuffle_rng": self._shuffle.get_state(),
+            "nonfinite": (self._nonfinite_in_a_row, self._nonfinite_total),
+        }
+        return state
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        super().set_state(state)
+        ours = state.get(_STATE_KEY)
+        if ours is None:
+            return
+        if self._learner_connector is not None and ours["connector"]:
+            self._learner_connector.set_state(ours["connector"])
+        self._shuffle.set_state(ours["shuffle_rng"])
+        self._nonfinite_in_a_row, self._nonfinite_total = ours["nonfinite"]
+
+    # --- weight sync by broadcast (rank 0 of the group; see exchange/weight_broadcast.py) -------
     def open_weight_broadcast(self, *, backend: str, world_size: int, timeout_s: float,
                               bucket_bytes: int) -> dict[str, Any]:
         """Host a new broadcast group (replacing any old one); returns what receivers join with."""
-        from rllib_llm.rollout.weight_broadcast import Sender
+        from rllib_llm.exchange.weight_broadcast import Sender
 
         self._weight_sender = Sender(backend, self._policy_weights(), world_size=world_size,
                                      timeout_s=timeout_s, bucket_bytes=bucket_bytes)
@@ -152,8 +260,24 @@ class RLVRLearner(TorchLearner):
         """The causal LM's state dict under its Hugging Face names (what engines load)."""
         return self.module[DEFAULT_MODULE_ID].model.state_dict()
 
-    def _log(self, module_id: str, name: str, value: torch.Tensor) -> None:
-        self.metrics.log_value((module_id, name), float(value.detach()), window=1)
+
+def _positive(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """(B,) 1.0 for a positive response: the packed correct flag (the verifier's verdict, or
+    score > 0 where an env gives none; exchange/columns.py), else score > 0."""
+    if CORRECT in batch:
+        return batch[CORRECT].float()
+    return (batch["scores"] > 0).float()
+
+
+def _token_share(mask: torch.Tensor, counts: core.AggCounts) -> float:
+    """This micro-batch's mask tokens over the whole mini-batch's (weights its masked means)."""
+    total = float(counts.num_tokens)
+    return float(mask.sum()) / total if total > 0 else 0.0
+
+
+def _global_norm(grads) -> torch.Tensor:
+    norms = [g.detach().double().norm() for g in grads]
+    return torch.stack(norms).norm() if norms else torch.zeros((), dtype=torch.float64)
 
 
 def _detached(tree: Any) -> Any:

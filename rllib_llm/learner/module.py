@@ -44,35 +44,50 @@ def response_logits(
 
 
 def token_logp_and_entropy(
-    logits: torch.Tensor, tokens: torch.Tensor, temperature: float
+    logits: torch.Tensor, tokens: torch.Tensor, temperature: float, *,
+    entropy_grad: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """log pi(token) and the entropy of pi under logits / temperature, both (B, T).
 
     The sampler drew tokens from softmax(logits / temperature), so the learner scores them the
     same way; computed in float32 so bf16 models do not lose the small log-prob differences
-    that importance ratios are made of.
+    that importance ratios are made of. With `entropy_grad=False` the entropy is computed
+    without autograd: it is then only a metric, and its (B, T, V) graph would cost memory.
     """
     logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)  # (B, T, V)
     logp = logp_all.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # (B, T)
-    entropy = -(logp_all.exp() * logp_all).sum(-1)  # (B, T)
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        entropy = -(logp_all.exp() * logp_all).sum(-1)  # (B, T)
     return logp, entropy
 
 
 class RLVRModule(TorchRLModule, InferenceOnlyAPI):
     """The policy LM, plus a frozen reference LM on learners that need a KL term.
 
-    model_config keys: `model_name_or_path`, `model_dtype`, `temperature`, `use_reference`.
-    Env runners build the module with `inference_only=True`: the policy alone.
+    model_config keys: `model_name_or_path`, `model_dtype`, `temperature`, `use_reference`,
+    `entropy_grad` (the entropy needs a gradient: entropy_coef > 0), `score_batch_size` (rows
+    per forward of `score_tokens`; None = all at once). Env runners build the module with
+    `inference_only=True`: the policy alone.
     """
 
     def setup(self) -> None:
         cfg = self.model_config
         self.temperature = float(cfg["temperature"])
         self.model = load_model(cfg["model_name_or_path"], dtype=cfg["model_dtype"])
+        self.entropy_grad = bool(cfg.get("entropy_grad", True))
+        self.score_batch_size = cfg.get("score_batch_size")
         if cfg.get("use_reference") and not self.inference_only:
             ref = load_model(cfg["model_name_or_path"], dtype=cfg["model_dtype"])
             ref.requires_grad_(False)
             self.reference_model = ref.eval()
+
+    def train(self, mode: bool = True):
+        """The learner switches the module to training mode; the reference stays in eval mode
+        (it scores, never trains: dropout there would make its log-probs random)."""
+        super().train(mode)
+        if self.has_reference:
+            self.reference_model.eval()
+        return self
 
     def get_non_inference_attributes(self) -> list[str]:
         return [REFERENCE]
@@ -91,17 +106,33 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI):
         logits = response_logits(
             self.model, batch["input_ids"], batch["attention_mask"], tokens.shape[1]
         )
-        logp, entropy = token_logp_and_entropy(logits, tokens, self.temperature)
+        logp, entropy = token_logp_and_entropy(logits, tokens, self.temperature,
+                                               entropy_grad=self.entropy_grad)
         return {"logp": logp, "entropy": entropy}
 
     @torch.no_grad()
     def score_tokens(self, batch: dict[str, Any], *, reference: bool) -> torch.Tensor:
-        """log-probs (B, T) of the response tokens under the policy or the reference, no grad."""
+        """log-probs (B, T) of the response tokens under the policy or the reference, no grad.
+
+        In eval mode (no dropout) and `score_batch_size` rows per forward, like the learner's
+        micro-batches, so scoring a whole rollout batch never needs more memory than training.
+        """
         model = self.reference_model if reference else self.model
-        tokens = batch["response_ids"]
-        logits = response_logits(model, batch["input_ids"], batch["attention_mask"],
-                                 tokens.shape[1])
-        return token_logp_and_entropy(logits, tokens, self.temperature)[0]
+        was_training = model.training
+        model.eval()
+        try:
+            tokens = batch["response_ids"]  # (B, T)
+            size = self.score_batch_size or tokens.shape[0]
+            chunks = []
+            for start in range(0, tokens.shape[0], size):
+                rows = slice(start, start + size)
+                logits = response_logits(model, batch["input_ids"][rows],
+                                         batch["attention_mask"][rows], tokens.shape[1])
+                chunks.append(token_logp_and_entropy(logits, tokens[rows], self.temperature,
+                                                     entropy_grad=False)[0])
+            return torch.cat(chunks)  # (B, T)
+        finally:
+            model.train(was_training)
 
     # RLlib's default get_state converts to numpy, which has no bfloat16: keep torch tensors,
     # in a TensorState so that Ray still moves their bytes without pickling them. Like RLlib's

@@ -3,91 +3,136 @@
 An episode's state is rebuilt exactly from its history (DESIGN.md): the prompt ids from the
 reset info, then per step the agent's token (an action, mask 1) followed by any tokens the
 environment appended in that step's info (tool output: state, not action, mask 0).
+
+Every per-token step is a numpy operation: at 512 responses of 1,024 tokens a Python loop over
+tokens costs seconds per iteration (benchmarks/per_token_overhead.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from rllib_llm.envs.token_mdp import ENV_TOKENS, PROMPT_IDS
-
-# Keys the env runner writes into episode infos / extra model outputs.
-GROUP_ID = "group_id"
-ACTION_LOGP = "action_logp"
-WEIGHT_VERSION = "weight_version"
+from rllib_llm.envs.token_mdp import EMPTY_INFO, ENV_TOKENS, PROMPT_IDS, is_correct
+from rllib_llm.exchange.columns import ACTION_LOGP, CORRECT, GROUP_ID
 
 
 @dataclass
 class EpisodeTokens:
-    """One response, as flat token lists (no padding)."""
+    """One response, as flat token arrays (no padding; they may share memory with the episode,
+    so read them, do not write to them).
 
-    prompt_ids: list[int]
-    response_ids: list[int]  # agent and environment tokens in order
-    action_mask: list[int]  # 1 on agent tokens
-    behaviour_logp: list[float]  # the sampler's log-prob on agent tokens, 0.0 elsewhere
+    Attributes:
+        prompt_ids: (P_i,) int64.
+        response_ids: (T_i,) int64, the agent's and the environment's tokens in order.
+        action_mask: (T_i,) bool, True on agent tokens.
+        behaviour_logp: (T_i,) float32, the sampler's log-prob on agent tokens, 0.0 elsewhere.
+        score: the episode's return.
+        correct: the verifier's verdict (`token_mdp.is_correct`).
+        group_id: shared by the responses to one prompt.
+    """
+
+    prompt_ids: np.ndarray
+    response_ids: np.ndarray
+    action_mask: np.ndarray
+    behaviour_logp: np.ndarray
     score: float
+    correct: bool
     group_id: Any
 
 
 def episode_tokens(episode: Any) -> EpisodeTokens:
     """Rebuild one SingleAgentEpisode's prompt and response tokens."""
     infos = episode.get_infos()
-    actions = np.asarray(episode.get_actions()).tolist()
-    logps = np.asarray(episode.get_extra_model_outputs(ACTION_LOGP)).tolist()
-    response, mask, behaviour = [], [], []
-    for t, (a, lp) in enumerate(zip(actions, logps)):
-        response.append(int(a))
-        mask.append(1)
-        behaviour.append(float(lp))
-        env_tokens = infos[t + 1].get(ENV_TOKENS, ())
-        response.extend(int(x) for x in env_tokens)
-        mask.extend([0] * len(env_tokens))
-        behaviour.extend([0.0] * len(env_tokens))
+    actions = np.asarray(episode.get_actions(), dtype=np.int64)  # (k,)
+    logps = np.asarray(episode.get_extra_model_outputs(ACTION_LOGP), dtype=np.float32)  # (k,)
+    response, mask, behaviour = _interleave(actions, logps, _env_tokens(infos[1:]))
+    score = float(np.sum(episode.get_rewards()))
     return EpisodeTokens(
-        prompt_ids=[int(x) for x in infos[0][PROMPT_IDS]],
+        prompt_ids=np.asarray(infos[0][PROMPT_IDS], dtype=np.int64),
         response_ids=response,
         action_mask=mask,
         behaviour_logp=behaviour,
-        score=float(np.sum(episode.get_rewards())),
+        score=score,
+        correct=is_correct(infos[-1], score),
         group_id=infos[0].get(GROUP_ID),
     )
+
+
+def _env_tokens(step_infos: Sequence[Mapping[str, Any]]) -> dict[int, np.ndarray]:
+    """{step: tokens the environment appended after that step's action}, steps in order."""
+    n = len(step_infos)
+    if n == 0:
+        return {}
+    # Single-turn episodes have news in the last info only: tell so at C speed (`count`
+    # compares by identity, or `==` once unpickled) before looking at infos one by one.
+    only_last = step_infos.count(EMPTY_INFO) == n - bool(step_infos[-1])
+    steps = (n - 1,) if only_last else range(n)
+    return {t: np.asarray(step_infos[t][ENV_TOKENS], dtype=np.int64)
+            for t in steps if len(step_infos[t].get(ENV_TOKENS, ())) > 0}
+
+
+def _interleave(actions: np.ndarray, logps: np.ndarray, env_tokens: dict[int, np.ndarray]
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Response ids (T,), action mask (T,) and behaviour log-probs (T,): each action, then the
+    tokens the environment appended after it (mask 0, log-prob 0)."""
+    if not env_tokens:
+        return actions, np.ones(len(actions), dtype=bool), logps
+    appended = np.zeros(len(actions), dtype=np.int64)  # (k,) env tokens after each action
+    appended[list(env_tokens)] = [len(v) for v in env_tokens.values()]
+    # Action t lands after t actions and every env token appended before it.
+    positions = np.arange(len(actions)) + np.concatenate(([0], np.cumsum(appended)[:-1]))
+    total = len(actions) + int(appended.sum())
+    response = np.empty(total, dtype=np.int64)
+    mask = np.zeros(total, dtype=bool)
+    behaviour = np.zeros(total, dtype=np.float32)
+    response[positions], mask[positions], behaviour[positions] = actions, True, logps
+    response[~mask] = np.concatenate(list(env_tokens.values()))  # dict order is step order
+    return response, mask, behaviour
 
 
 def pack(items: Sequence[EpisodeTokens], pad_token_id: int) -> dict[str, torch.Tensor]:
     """Left-pad prompts to P and right-pad responses to T.
 
     Returns input_ids/attention_mask (B, P+T), response_ids/action_mask/old_logp (B, T),
-    scores (B,), float32 for reals and int64 for ids.
+    scores (B,) and `CORRECT` (B,), float32 for reals and flags, int64 for ids and the
+    attention mask.
     """
     if not items:
         raise ValueError("pack() got no episodes: the env runners returned an empty batch.")
     p = max(len(e.prompt_ids) for e in items)
     t = max(len(e.response_ids) for e in items)
     b = len(items)
-    input_ids = torch.full((b, p + t), pad_token_id, dtype=torch.long)
-    attention = torch.zeros((b, p + t), dtype=torch.long)
-    action_mask = torch.zeros((b, t), dtype=torch.float32)
-    old_logp = torch.zeros((b, t), dtype=torch.float32)
-    for i, e in enumerate(items):
+    input_ids = np.full((b, p + t), pad_token_id, dtype=np.int64)
+    attention = np.zeros((b, p + t), dtype=np.int64)
+    action_mask = np.zeros((b, t), dtype=np.float32)
+    old_logp = np.zeros((b, t), dtype=np.float32)
+    for i, e in enumerate(items):  # a loop over rows; each row is copied at C speed
         lp, lr = len(e.prompt_ids), len(e.response_ids)
-        input_ids[i, p - lp : p] = torch.tensor(e.prompt_ids)
-        input_ids[i, p : p + lr] = torch.tensor(e.response_ids)
+        input_ids[i, p - lp : p] = e.prompt_ids
+        input_ids[i, p : p + lr] = e.response_ids
         attention[i, p - lp : p + lr] = 1
-        action_mask[i, :lr] = torch.tensor(e.action_mask, dtype=torch.float32)
-        old_logp[i, :lr] = torch.tensor(e.behaviour_logp)
+        action_mask[i, :lr] = e.action_mask
+        old_logp[i, :lr] = e.behaviour_logp
     return {
-        "input_ids": input_ids,
-        "attention_mask": attention,
-        "response_ids": input_ids[:, p:].clone(),
-        "action_mask": action_mask,
-        "old_logp": old_logp,
+        "input_ids": torch.from_numpy(input_ids),
+        "attention_mask": torch.from_numpy(attention),
+        "response_ids": torch.from_numpy(input_ids[:, p:].copy()),
+        "action_mask": torch.from_numpy(action_mask),
+        "old_logp": torch.from_numpy(old_logp),
         "scores": torch.tensor([e.score for e in items], dtype=torch.float32),
+        CORRECT: torch.tensor([e.correct for e in items], dtype=torch.float32),
     }
+
+
+def pack_episodes(episodes: Sequence[Any], group_size: int, pad_token_id: int
+                  ) -> dict[str, torch.Tensor]:
+    """The learner batch of `episodes` (SingleAgentEpisodes), each prompt's group together."""
+    return pack(order_by_group([episode_tokens(e) for e in episodes], group_size), pad_token_id)
 
 
 def order_by_group(items: list[EpisodeTokens], group_size: int) -> list[EpisodeTokens]:

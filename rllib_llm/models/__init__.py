@@ -4,10 +4,16 @@
 ships in `models/embedded/`; any other name goes to Hugging Face's `Auto*.from_pretrained` (a local
 directory, or a hub id on a machine that can reach the hub). Both go through the same code path, so
 the embedded default exercises exactly what a user's model does.
+
+A name that is a local path is checked here first (`resolve_checkpoint`): a path that does not
+exist, or a directory without the files a checkpoint needs, fails at once with what is wrong,
+instead of being sent to the hub as a repo id (tens of seconds of retries, then a message about
+repo id syntax).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,6 +27,24 @@ EMBEDDED_DIR = Path(__file__).parent / "embedded"
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
+# What `from_pretrained` needs in a local directory: a model, its config and weights (one of the
+# names: a single file or a shard index); a tokenizer, any one of its files.
+MODEL_CONFIG = "config.json"
+MODEL_WEIGHTS = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "spiece.model",
+)
+
 __all__ = [
     "DTYPES",
     "EMBEDDED",
@@ -29,6 +53,7 @@ __all__ = [
     "load_model",
     "load_model_and_tokenizer",
     "load_tokenizer",
+    "resolve_checkpoint",
     "resolve_path",
 ]
 
@@ -38,15 +63,79 @@ def resolve_path(name_or_path: str) -> str:
     return str(EMBEDDED_DIR) if name_or_path == EMBEDDED else name_or_path
 
 
+def resolve_checkpoint(name_or_path: str, *, kind: str) -> str:
+    """What to pass to `from_pretrained` for `name_or_path`, checked for a `kind` checkpoint.
+
+    Args:
+        name_or_path: "embedded", a local directory, or a hub id ("org/name").
+        kind: "model" (needs `MODEL_CONFIG` and one of `MODEL_WEIGHTS`) or "tokenizer" (needs one
+            of `TOKENIZER_FILES`).
+
+    Returns the local directory (`~` expanded) or the hub id unchanged. Raises FileNotFoundError
+    for a path that does not exist, ValueError for a file or a directory missing what `kind`
+    needs; both without touching the hub or importing transformers, so they come at once.
+    """
+    if kind not in ("model", "tokenizer"):
+        raise ValueError(f"kind={kind!r} is not one of ['model', 'tokenizer']; pick one of them")
+    path = os.path.expanduser(resolve_path(name_or_path))
+    if os.path.isdir(path):
+        _check_checkpoint_files(name_or_path, Path(path), kind)
+        return path
+    if os.path.exists(path):
+        raise ValueError(
+            f"{kind} path {name_or_path!r} is a file; pass the checkpoint directory that holds "
+            f"it (written by save_pretrained), or a hub id"
+        )
+    if _looks_like_path(name_or_path):
+        raise FileNotFoundError(
+            f"{kind} path {name_or_path!r} does not exist (resolved to "
+            f"{os.path.abspath(path)!r}); fix the path (a relative one starts at the working "
+            "directory), or pass 'embedded' or a Hugging Face hub id like 'org/name'"
+        )
+    return name_or_path  # a hub id
+
+
+def _looks_like_path(name: str) -> bool:
+    """Whether `name` is meant as a local path, not a hub id ("org/name" has one slash)."""
+    parent = os.path.dirname(name)
+    return (
+        os.path.isabs(name)
+        or name.startswith(("./", "../", "~"))
+        or name in (".", "..")
+        or name.count("/") > 1
+        or (bool(parent) and os.path.isdir(os.path.expanduser(parent)))
+    )
+
+
+def _check_checkpoint_files(name: str, path: Path, kind: str) -> None:
+    present = {p.name for p in path.iterdir()}
+    missing = []
+    if kind == "model":
+        if MODEL_CONFIG not in present:
+            missing.append(MODEL_CONFIG)
+        if not present & set(MODEL_WEIGHTS):
+            missing.append(f"weights (one of {list(MODEL_WEIGHTS)})")
+    elif not present & set(TOKENIZER_FILES):
+        missing.append(f"tokenizer file (one of {list(TOKENIZER_FILES)})")
+    if missing:
+        holds = f"it holds {sorted(present)[:10]}" if present else "it is empty"
+        raise ValueError(
+            f"{kind} directory {name!r} is not a {kind} checkpoint: it has no "
+            f"{' and no '.join(missing)} ({holds}); point at a directory written by "
+            "save_pretrained, e.g. one from `python -m rllib_llm.models.gguf_checkpoint --out DIR`"
+        )
+
+
 def load_tokenizer(name_or_path: str = EMBEDDED) -> PreTrainedTokenizerBase:
     """Load a tokenizer; guarantee it has a pad token (eos doubles as pad when it has none).
 
     Generation pads prompt batches, so a pad id must exist; reusing eos is the usual choice for
     decoder-only models and is harmless because padded positions are masked out.
     """
+    path = resolve_checkpoint(name_or_path, kind="tokenizer")  # fails fast, before the import
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(resolve_path(name_or_path))
+    tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
             raise ValueError(
@@ -81,16 +170,16 @@ def load_model(name_or_path: str = EMBEDDED, *, dtype: str = "float32") -> PreTr
         name_or_path: `"embedded"`, a local checkpoint directory, or a hub id.
         dtype: one of `DTYPES` ("float32", "bfloat16", "float16"); the weights are cast to it.
     """
-    from transformers import AutoModelForCausalLM
-
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r} is not one of {sorted(DTYPES)}; pass e.g. 'float32'")
-    path = resolve_path(name_or_path)
-    if name_or_path == EMBEDDED and not (EMBEDDED_DIR / "config.json").exists():
+    if name_or_path == EMBEDDED and not (EMBEDDED_DIR / MODEL_CONFIG).exists():
         raise FileNotFoundError(
             f"the embedded checkpoint is missing from {EMBEDDED_DIR}; rebuild it with "
             "`python -m rllib_llm.models.pretrain --out rllib_llm/models/embedded`"
         )
+    path = resolve_checkpoint(name_or_path, kind="model")  # fails fast, before the import
+    from transformers import AutoModelForCausalLM
+
     model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype])
     return model.eval()
 

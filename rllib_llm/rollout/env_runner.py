@@ -21,12 +21,14 @@ from ray.rllib.env import INPUT_ENV_SINGLE_SPACES, INPUT_ENV_SPACES
 from ray.rllib.env.env_runner import EnvRunner
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.utils.checkpoints import Checkpointable
+from ray.rllib.utils.framework import get_device
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_NO
 
-from rllib_llm.envs.math_verify_env import VERIFIER_INFO
-from rllib_llm.learner.packing import ACTION_LOGP, GROUP_ID, WEIGHT_VERSION
+from rllib_llm.envs.token_mdp import is_correct
+from rllib_llm.exchange.threads import set_torch_threads
 from rllib_llm.rollout.engine import SamplingParams
-from rllib_llm.rollout.threads import set_torch_threads
+from rllib_llm.rollout.evaluation import EvalShard, score_held_out, shard_indices
+from rllib_llm.rollout.replay import replay_response
 
 # Metric names (under env_runners/ in the results).
 EPISODE_RETURN_MEAN = "episode_return_mean"
@@ -37,6 +39,9 @@ GENERATE_S = "time_generate_s"
 VERIFY_S = "time_verify_s"
 GENERATE_TOKENS_PER_S = "generate_tokens_per_s"
 WEIGHT_VERSION_METRIC = "weight_version"
+NUM_DROPPED_PROMPTS = "num_dropped_prompts"
+# This runner's part of a checkpoint that RLlib's EnvRunner state leaves out.
+SAMPLER_STATE = "rlvr_sampler"
 # Seconds the last weight sync took inside this runner (loading a state dict from the object
 # store, or receiving a broadcast). RLlib's object-store sync does not wait for it, so the
 # driver's weight_sync timer leaves it out; it then delays the next sample instead.
@@ -54,10 +59,12 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         super().__init__(config=config, **kwargs)
         set_torch_threads(self.config.num_torch_threads)
         self._counter = itertools.count()
+        self._sample_calls = 0  # training sample() calls so far: they seed the sampler
         self._weights_seq_no = 0  # version of the weights the engine samples with
         self._module_seq_no = 0  # version of the weights in self.module (what get_state returns)
-        self.env = self._make_env(split=None)
+        self.env = self._make_env(self._env_config())
         self._eval_env = None
+        self._eval_env_config: dict[str, Any] | None = None  # what _eval_env was built from
         self.make_module()
         self._engine = None  # built on first use: a driver-side runner may only ever evaluate
 
@@ -84,20 +91,19 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         return {k[len("model."):]: v for k, v in module_state.items() if k.startswith("model.")}
 
     # --- construction ---------------------------------------------------------------------------
-    def _env_config(self, split: str | None) -> dict[str, Any]:
-        cfg = self.config
+    def _env_config(self, config=None) -> dict[str, Any]:
+        """The env's config under `config` (default: this runner's)."""
+        cfg = config or self.config
         env_config = dict(cfg.env_config)
         env_config.update(
             model=cfg.model_name_or_path,
-            prompt_length=cfg.prompt_length,
+            prompt_length=cfg.resolved_prompt_length,
             response_length=cfg.response_length,
             seed=(cfg.seed or 0) + (self.worker_index or 0),
         )
-        if split is not None:
-            env_config["split"] = split
         return env_config
 
-    def _make_env(self, split: str | None):
+    def _make_env(self, env_config: dict[str, Any]):
         from ray.tune.registry import ENV_CREATOR, _global_registry
 
         from rllib_llm.envs import register_envs
@@ -111,14 +117,18 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
                     "registers 'math_verify' (register yours with ray.tune.register_env)."
                 )
             creator = _global_registry.get(ENV_CREATOR, env_id)
-            return creator(self._env_config(split))
+            return creator(env_config)
         if env_id is None:
             raise ValueError("RLVRConfig needs an environment: call .environment('math_verify').")
-        return env_id(self._env_config(split))
+        return env_id(env_config)
 
     def make_module(self) -> None:
         spec = self.config.get_rl_module_spec(spaces=self.get_spaces(), inference_only=True)
         self.module = spec.build()
+        # The torch engine samples from this module: put it on the runner's GPU when the config
+        # gives runners one (RLlib's rule, as its own env runners place their modules).
+        self._device = get_device(self.config, self.config.num_gpus_per_env_runner)
+        self.module.to(self._device)
 
     def _make_engine(self):
         cfg, tok = self.config, self.env.tokenizer
@@ -141,14 +151,26 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         from rllib_llm.rollout.torch_engine import TorchRolloutEngine
 
         return TorchRolloutEngine(
-            self.module.model, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
+            self.module.model, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+            device=self._device,
         )
 
-    def _sampling(self, temperature: float | None = None) -> SamplingParams:
+    def _sampling(self) -> SamplingParams:
+        """The sampling parameters of the next training `sample()` call.
+
+        Each call gets its own seed, mixed from the config's seed, this runner's index and the
+        number of calls so far: two runners never draw with the same seed, and a run resumed
+        from a checkpoint (which holds the call count) draws what the uninterrupted run would.
+        """
         cfg = self.config
-        seed = None if cfg.seed is None else cfg.seed * 1000 + next(self._counter)
+        seed = None
+        if cfg.seed is not None:
+            mix = np.random.SeedSequence([cfg.seed, self.worker_index or 0, self._sample_calls])
+            seed = int(mix.generate_state(1)[0])
+        self._sample_calls += 1
+        self.last_sample_seed = seed
         return SamplingParams(
-            temperature=cfg.temperature if temperature is None else temperature,
+            temperature=cfg.temperature,
             top_p=cfg.top_p,
             max_tokens=cfg.response_length,
             seed=seed,
@@ -180,36 +202,21 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         """
         flat = [(i, r) for i, group in zip(prompt_indices, responses) for r in group]
         verdicts = env.verify_responses([i for i, _ in flat], [r.token_ids for _, r in flat])
+        return self._build_episodes(env, prompt_indices, responses, verdicts)
+
+    def _build_episodes(self, env, prompt_indices: list[int], responses,
+                        verdicts) -> list[SingleAgentEpisode]:
+        """Replay every response (`responses[g][j]` answers `prompt_indices[g]`) with its
+        verdict (`verdicts`, flat in the same order) into an episode."""
+        version = self.engine.weight_version
         episodes = []
         for g, (index, group) in enumerate(zip(prompt_indices, responses)):
             group_id = f"{self.worker_index or 0}-{next(self._counter)}"
             for j, response in enumerate(group):
-                verdict = verdicts[g * len(group) + j]
-                episodes.append(self._replay(env, index, response, group_id, verdict))
+                episodes.append(replay_response(
+                    env, index, response, group_id=group_id, weight_version=version,
+                    verification=verdicts[g * len(group) + j]))
         return episodes
-
-    def _replay(self, env, prompt_index: int, response, group_id: str,
-                verdict=None) -> SingleAgentEpisode:
-        """Step `env` through one generated response and return the finished episode."""
-        obs, info = env.reset(options={"prompt_index": prompt_index})
-        result = env.step_chunk(response.token_ids, verification=verdict)
-        k = len(result.rewards)  # the env rejects tokens past the episode's end (ValueError)
-        version = self.engine.weight_version
-        return SingleAgentEpisode(
-            observations=[obs, *result.observations],
-            infos=[{**info, GROUP_ID: group_id}, *result.infos],
-            actions=list(response.token_ids),
-            rewards=list(result.rewards),
-            terminated=bool(result.terminateds[-1]),
-            truncated=bool(result.truncateds[-1]),
-            extra_model_outputs={
-                ACTION_LOGP: np.asarray(response.logprobs, dtype=np.float32),
-                WEIGHT_VERSION: np.full(k, version, dtype=np.int64),
-            },
-            observation_space=env.observation_space,
-            action_space=env.action_space,
-            len_lookback_buffer=0,
-        ).to_numpy()
 
     def _log_sample_metrics(self, episodes, generate_s: float, verify_s: float) -> None:
         lengths = [len(e) for e in episodes]
@@ -233,21 +240,33 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
             m.log_value(f"verifier_{name}", count, reduce="max", window=1)
 
     # --- evaluation -----------------------------------------------------------------------------
-    def evaluate(self, *, num_problems: int, temperature: float, split: str = "test",
-                 seed: int = 0) -> dict[str, float]:
-        """Accuracy of one response per held-out problem (the first `num_problems` of `split`)."""
-        if self._eval_env is None or self._eval_env.split != split:
-            self._eval_env = self._make_env(split=split)
-        env = self._eval_env
-        num_problems = min(num_problems, env.num_problems)
-        infos = [env.reset(options={"prompt_index": i})[1] for i in range(num_problems)]
-        sampling = SamplingParams(temperature=temperature, top_p=self.config.top_p,
-                                  max_tokens=self.config.response_length, seed=seed)
-        responses = self.engine.generate([i["prompt_ids"] for i in infos], 1, sampling)
-        episodes = self._episodes(env, list(range(num_problems)), responses)
-        return {"accuracy": float(np.mean([_is_correct(e) for e in episodes])),
-                "response_length_mean": float(np.mean([len(e) for e in episodes])),
-                "num_problems": num_problems}
+    def evaluate(self, *, config, shard: int = 0, num_shards: int = 1, seed: int = 0) -> EvalShard:
+        """Score this runner's share of the held-out problems (see `RLVR.evaluate`).
+
+        Args:
+            config: the algorithm's evaluation config: its held-out data set (`eval_dataset`,
+                `eval_split`), `eval_num_problems`, `eval_num_samples` and sampling arguments
+                (`temperature`, 0 = greedy; `top_p`; `response_length`) are the evaluation's.
+            shard, num_shards: this runner scores problems `shard, shard + num_shards, ...` of
+                the first `eval_num_problems`.
+            seed: the evaluation's sampling seed; the training sampler's state is not touched.
+        """
+        env = self._held_out_env(config)
+        num_problems = min(config.eval_num_problems, env.num_problems)
+        sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p,
+                                  max_tokens=config.response_length, seed=seed)
+        return score_held_out(env, self.engine, shard_indices(num_problems, shard, num_shards),
+                              config.eval_num_samples, sampling, num_problems)
+
+    def _held_out_env(self, config):
+        """The env of the held-out problems under `config`, kept while that stays the same."""
+        env_config = {**self._env_config(config), **config.held_out_env_overrides()}
+        if self._eval_env is None or self._eval_env_config != env_config:
+            if self._eval_env is not None:
+                self._eval_env.close()
+            self._eval_env = self._make_env(env_config)
+            self._eval_env_config = env_config
+        return self._eval_env
 
     # --- weight sync by broadcast (weight_sync_backend "nccl"/"gloo"; see weight_broadcast) ----
     def join_weight_broadcast(self, *, first_rank: int, **address) -> None:
@@ -276,10 +295,13 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
                 DEFAULT_MODULE_ID: spaces}
 
     def get_metrics(self):
+        # Problems the env dropped for prompts over prompt_length (fixed per data set).
+        self.metrics.log_value(NUM_DROPPED_PROMPTS, self.env.num_dropped_prompts, window=1)
         return self.metrics.reduce()
 
     def get_state(self, components=None, *, not_components=None, **kwargs) -> dict[str, Any]:
-        state = {NUM_ENV_STEPS_SAMPLED_LIFETIME: self.num_env_steps_sampled_lifetime}
+        state = {NUM_ENV_STEPS_SAMPLED_LIFETIME: self.num_env_steps_sampled_lifetime,
+                 SAMPLER_STATE: self._sampler_state()}
         if self._check_component(COMPONENT_RL_MODULE, components, not_components):
             state[COMPONENT_RL_MODULE] = self.module.get_state(inference_only=True)
             state[WEIGHTS_SEQ_NO] = self._module_seq_no
@@ -307,6 +329,21 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
                 self.metrics.log_value(WEIGHT_LOAD_S, time.perf_counter() - start, window=1)
         if NUM_ENV_STEPS_SAMPLED_LIFETIME in state:
             self.num_env_steps_sampled_lifetime = state[NUM_ENV_STEPS_SAMPLED_LIFETIME]
+        if SAMPLER_STATE in state:
+            self._set_sampler_state(state[SAMPLER_STATE])
+
+    def _sampler_state(self) -> dict[str, Any]:
+        """What decides the next samples besides the weights: the env's data order, the count
+        of sample calls (the sampler's seeds) and of groups (their ids)."""
+        groups = next(self._counter)
+        self._counter = itertools.count(groups)  # reading a count advances it: put it back
+        return {"data_order": self.env.order_state(), "sample_calls": self._sample_calls,
+                "groups": groups}
+
+    def _set_sampler_state(self, state: dict[str, Any]) -> None:
+        self.env.set_order_state(state["data_order"])
+        self._sample_calls = state["sample_calls"]
+        self._counter = itertools.count(state["groups"])
 
     def get_ctor_args_and_kwargs(self):
         return (), {"config": self.config}
@@ -327,5 +364,5 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
 
 
 def _is_correct(episode: SingleAgentEpisode) -> bool:
-    """The verifier's verdict on the finished episode (its last info)."""
-    return bool(episode.get_infos(-1).get(VERIFIER_INFO, {}).get("correct", False))
+    """Whether the finished episode's response is correct (`token_mdp.is_correct`)."""
+    return is_correct(episode.get_infos(-1), float(episode.get_return()))

@@ -96,7 +96,7 @@ class TorchRolloutEngine:
 
     def join_weight_broadcast(self, *, first_rank: int, **address) -> None:
         """Join the learner's broadcast group as rank `first_rank` (see `weight_broadcast`)."""
-        from rllib_llm.rollout.weight_broadcast import Receiver
+        from rllib_llm.exchange.weight_broadcast import Receiver
 
         self._receiver = Receiver(rank=first_rank, device=self.device, **address)
 

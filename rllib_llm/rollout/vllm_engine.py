@@ -304,7 +304,7 @@ class WeightSyncExtension:
         self.reload_weights(weights_iterator=iter(weights.items()), is_checkpoint_format=True)
 
     def rllib_join_weight_broadcast(self, *, first_rank: int, **address) -> None:
-        from rllib_llm.rollout.weight_broadcast import Receiver
+        from rllib_llm.exchange.weight_broadcast import Receiver
 
         self.rllib_receiver = Receiver(rank=first_rank + self.rank, device=self.device,
                                        **address)

@@ -1,0 +1,93 @@
+"""The driver's side of evaluation: which problems are held out, each runner's seed, and the
+metrics of the runners' shards merged (`rllib_llm.rollout.evaluation` scores a shard).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rllib_llm import core
+from rllib_llm.rollout.evaluation import EvalShard
+
+logger = logging.getLogger(__name__)
+
+# Metric names (under evaluation/ in RLlib's results when the training loop evaluates).
+PASS_AT_1 = "pass@1"  # mean correctness of every sampled response: c / n, averaged over problems
+PASS_AT_K = "pass@k"  # share of problems with a correct response among their n (k = n)
+NUM_PROBLEMS = "num_problems"  # held-out problems scored
+SAMPLES_PER_PROBLEM = "samples_per_problem"  # n (eval_num_samples)
+NUM_SAMPLES = "num_samples"  # responses scored: num_problems * samples_per_problem
+RESPONSE_LENGTH_MEAN = "response_length_mean"  # tokens per response
+
+# Tags the evaluation's seed stream, apart from the training sampler's.
+_EVAL_SEED_STREAM = 0x45564C
+
+
+def shard_seed(seed: int, shard: int) -> int:
+    """Sampling seed of evaluation shard `shard` under base `seed`: the same every evaluation,
+    so evaluations of different weights draw the same randomness (a paired comparison)."""
+    return int(np.random.SeedSequence([_EVAL_SEED_STREAM, seed, shard]).generate_state(1)[0])
+
+
+def evaluation_metrics(shards: list[EvalShard]) -> dict[str, Any]:
+    """Merge the runners' shards into the evaluation's metrics (see the names above).
+
+    Raises if a problem was scored twice; warns if some were missed (a runner failed).
+    """
+    indices = [i for s in shards for i in s.prompt_indices]
+    if len(set(indices)) != len(indices):
+        raise RuntimeError(f"evaluation scored problems twice: shards cover {sorted(indices)}")
+    expected = max((s.num_problems for s in shards), default=0)
+    if len(indices) < expected:
+        logger.warning("Evaluation scored %d of %d held-out problems (a runner failed?).",
+                       len(indices), expected)
+    if not indices:
+        raise RuntimeError("evaluation scored no problems: no env runner answered")
+    n = shards[0].samples_per_problem
+    correct = torch.tensor([c for s in shards for c in s.num_correct])  # (P,)
+    num_samples = len(indices) * n
+    return {
+        PASS_AT_1: float(core.pass_at_k(correct, n, 1).mean()),
+        PASS_AT_K: float(core.pass_at_k(correct, n, n).mean()),
+        NUM_PROBLEMS: len(indices),
+        SAMPLES_PER_PROBLEM: n,
+        NUM_SAMPLES: num_samples,
+        RESPONSE_LENGTH_MEAN: sum(s.response_tokens for s in shards) / num_samples,
+    }
+
+
+def check_held_out(config, eval_config) -> None:
+    """Raise ValueError if `eval_config`'s held-out problems are `config`'s training problems
+    (the same data set and split; a local file has no splits)."""
+    train = _problem_source(config.env_config)
+    held_out = _problem_source({**eval_config.env_config, **eval_config.held_out_env_overrides()})
+    if held_out != train:
+        return
+    dataset, split = train
+    if split is None:
+        raise ValueError(
+            f"RLVRConfig.eval_dataset={eval_config.eval_dataset!r}: evaluation would score the "
+            f"training problems, the local file {dataset!r} (a file has no splits). Set "
+            "eval_dataset to a file of held-out problems."
+        )
+    raise ValueError(
+        f"RLVRConfig.eval_split={eval_config.eval_split!r}: evaluation would score the training "
+        f"problems, split {split!r} of {dataset!r}. Set eval_split to a held-out split (e.g. "
+        "'test') or eval_dataset to a held-out data set."
+    )
+
+
+def _problem_source(env_config: dict[str, Any]) -> tuple[str, str | None]:
+    """(data set, split) an env config reads problems from; split None for a local file."""
+    from rllib_llm.envs.datasets import FILE_SUFFIXES
+    from rllib_llm.envs.env_config import MathVerifyEnvConfig
+
+    dataset = env_config.get("dataset", MathVerifyEnvConfig.dataset)
+    if isinstance(dataset, str) and dataset.endswith(FILE_SUFFIXES):
+        return str(Path(dataset).resolve()), None
+    return dataset, env_config.get("split", MathVerifyEnvConfig.split)

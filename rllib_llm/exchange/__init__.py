@@ -1,0 +1,11 @@
+"""What rollout and learning both must know, in one layer below both (DESIGN.md, "Layers").
+
+The env runner (`rllib_llm.rollout`) and the learner (`rllib_llm.learner`) never import each
+other: they meet in the algorithm, and share only what lives here:
+- `columns`: the names of an episode's extra data (written by the runner, read by the learner
+  connector) and of the learner batch columns other layers read;
+- `weight_broadcast`: the channel that carries weights from the learner to the rollout engines;
+- `threads`: the torch thread setting every sampling and learning process applies.
+
+These modules import neither rollout, learner nor algorithm (`tests/test_layers.py`).
+"""

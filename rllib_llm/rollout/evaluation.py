@@ -1,0 +1,55 @@
+"""An env runner's share of an evaluation: sample held-out problems, count correct responses.
+
+Evaluation reads nothing training advances: it resets a held-out env to chosen problems (not the
+training env's shuffled order), samples with a seed of its own and builds no episodes (no group
+ids drawn). The driver merges the shards of every runner (`rllib_llm.algorithm.evaluation`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rllib_llm.envs.token_mdp import PROMPT_IDS
+from rllib_llm.rollout.engine import SamplingParams
+
+
+@dataclass(frozen=True)
+class EvalShard:
+    """What one runner scored.
+
+    Attributes:
+        prompt_indices: the held-out problems it scored (indices into the held-out data set).
+        num_correct: correct responses per problem, aligned with `prompt_indices`.
+        samples_per_problem: responses sampled per problem (n).
+        response_tokens: tokens generated over all its responses.
+        num_problems: problems the whole evaluation covers, every shard's together.
+    """
+
+    prompt_indices: list[int]
+    num_correct: list[int]
+    samples_per_problem: int
+    response_tokens: int
+    num_problems: int
+
+
+def shard_indices(num_problems: int, shard: int, num_shards: int) -> list[int]:
+    """Problems `0..num_problems-1` dealt out round-robin: those of `shard` (every problem
+    lands in exactly one shard)."""
+    if not 0 <= shard < num_shards:
+        raise ValueError(f"shard={shard} must be in [0, num_shards={num_shards})")
+    return list(range(shard, num_problems, num_shards))
+
+
+def score_held_out(env, engine, indices: list[int], samples_per_problem: int,
+                   sampling: SamplingParams, num_problems: int) -> EvalShard:
+    """Sample `samples_per_problem` responses to each problem `indices` of `env` with `engine`
+    and count the correct ones with the env's verifier (the verdicts its episodes would get)."""
+    k = samples_per_problem
+    if not indices:
+        return EvalShard([], [], k, 0, num_problems)
+    prompts = [env.reset(options={"prompt_index": i})[1][PROMPT_IDS] for i in indices]
+    responses = engine.generate(prompts, k, sampling)  # one list of k responses per problem
+    tokens = [r.token_ids for group in responses for r in group]  # problem-major, (P * k)
+    verdicts = env.verify_responses([i for i in indices for _ in range(k)], tokens)
+    correct = [sum(v.correct for v in verdicts[j * k:(j + 1) * k]) for j in range(len(indices))]
+    return EvalShard(list(indices), correct, k, sum(map(len, tokens)), num_problems)
