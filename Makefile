@@ -52,7 +52,9 @@ setup-smollm2: $(SMOLLM2_STAMP)
 demo: setup $(if $(filter vllm,$(ENGINE)),setup-vllm)
 	$(BIN)/python -m rllib_llm.demo --engine $(ENGINE) $(DEMO_ARGS)
 
-# The suite without vLLM (SmolLM2-135M included); `make test-vllm` runs the tests marked vllm.
+# The suite without vLLM (SmolLM2-135M included), slow tests too: every variant's learning test,
+# every file in examples/ with a short budget, and the wheel installed outside the repo
+# (~12 minutes of the suite on 2 cores). `make test-vllm` runs the tests marked vllm.
 test: setup setup-smollm2
 	$(BIN)/python -m pytest -m "not vllm"
 
