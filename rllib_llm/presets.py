@@ -8,8 +8,8 @@ benchmarks (so none of them imports another's script).
 from __future__ import annotations
 
 # The embedded default's settings, calibrated on a 2-core CPU (benchmarks/RESULTS.md, "The demo"):
-# +37 points of held-out accuracy after 600 iterations on two seeds. The learning rate is a
-# piecewise-linear schedule over sampled tokens (RLlib's; ~1,600 tokens per iteration here): a
+# +34 to +37 points of held-out accuracy after 600 iterations in four runs. The learning rate is
+# a piecewise-linear schedule over sampled tokens (RLlib's; ~1,700 tokens per iteration here): a
 # fresh Adam at the full rate wrecks the tiny model within 10 steps, so it warms up over the first
 # 40k tokens (~25 iterations) to 4e-4, then decays to 5e-5 at 1M tokens (~600 iterations); the
 # decay is what takes the gain from a ~28-point plateau at a constant rate to 37. 64 prompts x 8
