@@ -1,6 +1,6 @@
 """`RLVRConfig`: RLlib AlgorithmConfig for RL with verifiable rewards on language models.
 
-    config = RLVRConfig().environment("math_verify").training(pg_variant="topr", lr=1e-3)
+    config = RLVRConfig().environment("math_verify").training(pg_variant="topr", lr=1e-5)
     algo = config.build()
     algo.train()
 
