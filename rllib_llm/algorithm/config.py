@@ -207,6 +207,22 @@ class RLVRConfig(AlgorithmConfig):
                 f"RLVRConfig.tis_lower_bound={self.tis_lower_bound} exceeds tis_upper_bound="
                 f"{self.tis_upper_bound}; the truncation interval must satisfy lower <= upper."
             )
+        self._validate_batch_sizes()
+        if self.model_dtype == "float16":
+            raise ValueError(
+                "RLVRConfig.model_dtype='float16' is not supported for training: float16 weights "
+                "and Adam moments without float32 master weights and loss scaling underflow. Use "
+                "'bfloat16' (same memory, float32's range) or 'float32'."
+            )
+        if self.num_learners > 1:
+            raise ValueError(
+                f"RLVRConfig.num_learners={self.num_learners}: data-parallel learners would split "
+                "prompt groups across shards; use num_learners <= 1 (DeepSpeed arrives later)."
+            )
+
+    def _validate_batch_sizes(self) -> None:
+        """Prompts per runner, responses per iteration, mini- and micro-batches fit together."""
+        n = self.num_return_sequences_in_group
         runners = max(1, self.num_env_runners)
         # (An evaluation config's env runners are the evaluation ones: they take no batch.)
         if self.rollout_batch_size % runners and not self.in_evaluation:
@@ -234,17 +250,6 @@ class RLVRConfig(AlgorithmConfig):
             raise ValueError(
                 f"RLVRConfig.micro_batch_size={self.micro_batch_size} exceeds the mini-batch of "
                 f"{size} responses; set micro_batch_size <= mini_batch_size."
-            )
-        if self.model_dtype == "float16":
-            raise ValueError(
-                "RLVRConfig.model_dtype='float16' is not supported for training: float16 weights "
-                "and Adam moments without float32 master weights and loss scaling underflow. Use "
-                "'bfloat16' (same memory, float32's range) or 'float32'."
-            )
-        if self.num_learners > 1:
-            raise ValueError(
-                f"RLVRConfig.num_learners={self.num_learners}: data-parallel learners would split "
-                "prompt groups across shards; use num_learners <= 1 (DeepSpeed arrives later)."
             )
 
     def _validate_lengths(self) -> None:
