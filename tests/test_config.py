@@ -60,7 +60,17 @@ def test_bad_field_values_name_field_value_and_rule(field, value, rule):
 @pytest.mark.parametrize(
     "training, message",
     [
-        (dict(adv_estimator="gae"), "needs a critic"),
+        (dict(critic_lambd=1.0), r"critic_lambd=1.0 configure the critic .* "
+                                 "adv_estimator='grpo' uses no critic"),
+        (dict(lambd=0.9, value_pretrain_steps=3), r"lambd=0.9, value_pretrain_steps=3 configure"),
+        (dict(length_adaptive_alpha=0.05), "Set adv_estimator='gae'"),
+        (dict(value_clip=0.2), "uses no critic"),
+        (dict(critic_shares_trunk=True), "uses no critic"),
+        (dict(adv_estimator="gae", critic_shares_trunk=True, critic_model_name_or_path="embedded"),
+         "starts from the policy's checkpoint"),
+        (dict(adv_estimator="gae", value_loss_coef=0.5), "only weighs the value loss"),
+        (dict(adv_estimator="gae", critic_lr=0.0), r"critic_lr=0.0 is invalid"),
+        (dict(adv_estimator="gae", critic_lr=[[5, 1e-5]]), r"critic_lr=\[\[5, 1e-05\]\] is invalid"),
         (dict(adv_estimator="grpo", num_return_sequences_in_group=1), "a group baseline needs >= 2"),
         (dict(adv_estimator="rloo", num_return_sequences_in_group=1), "a group baseline needs >= 2"),
         (dict(adv_estimator="reinforce", num_return_sequences_in_group=1,

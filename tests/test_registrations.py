@@ -145,11 +145,12 @@ def test_register_adv_estimator_needs_a_declaration():
     assert "test_undeclared" not in core.registered_names("adv_estimator")
 
 
-def test_critic_estimator_is_rejected_by_its_declaration():
+def test_a_critic_comes_with_the_estimators_that_declare_one():
     assert core.adv_estimator_info("gae") == core.AdvEstimatorInfo(needs_groups=False,
                                                                    needs_critic=True)
-    with pytest.raises(ValueError, match="adv_estimator='gae' needs a critic"):
-        embedded_config("ppo", adv_estimator="gae").validate()
+    assert embedded_config("ppo", adv_estimator="gae").critic_spec == {
+        "model_name_or_path": "embedded", "shares_trunk": False}
+    assert embedded_config("ppo", adv_estimator="grpo").critic_spec is None
 
 
 def test_restore_rejects_an_unknown_kind():

@@ -41,6 +41,11 @@ RLLIB_REPLACED = {
 MAX_RESPONSES_PER_ITERATION = 2**20
 # Env-config keys the training fields own (the env runner sets them from those fields).
 ENV_KEYS_FROM_TRAINING = ("model", "prompt_length", "response_length", "seed")
+# Settings only the critic (adv_estimator='gae') reads: with a critic-free estimator they must
+# keep their defaults. (gamma stays free: REINFORCE discounts with it too.)
+CRITIC_FIELDS = ("lambd", "critic_lambd", "length_adaptive_alpha", "value_clip",
+                 "critic_model_name_or_path", "critic_shares_trunk", "critic_lr",
+                 "value_loss_coef", "value_pretrain_steps")
 
 
 class RLVRConfig(AlgorithmConfig):
@@ -184,12 +189,7 @@ class RLVRConfig(AlgorithmConfig):
     def _validate_combinations(self) -> None:
         n = self.num_return_sequences_in_group
         needs = core.adv_estimator_info(self.adv_estimator)
-        if needs.needs_critic:
-            raise ValueError(
-                f"RLVRConfig.adv_estimator={self.adv_estimator!r} needs a critic (value model), "
-                "which rllib_llm does not ship yet. Use 'grpo', 'rloo', 'reinforce_baseline' or "
-                "'reinforce'."
-            )
+        self._validate_critic(needs.needs_critic)
         if needs.needs_groups and n < 2:
             raise ValueError(
                 f"RLVRConfig.num_return_sequences_in_group={n} is too small for "
@@ -218,6 +218,34 @@ class RLVRConfig(AlgorithmConfig):
             raise ValueError(
                 f"RLVRConfig.num_learners={self.num_learners}: data-parallel learners would split "
                 "prompt groups across shards; use num_learners <= 1 (DeepSpeed arrives later)."
+            )
+
+    def _validate_critic(self, needs_critic: bool) -> None:
+        """Critic settings need an estimator that reads a critic, and must fit together."""
+        if not needs_critic:
+            changed = [f"{name}={getattr(self, name)!r}" for name in CRITIC_FIELDS
+                       if getattr(self, name) != FIELDS_BY_NAME[name].default]
+            if changed:
+                raise ValueError(
+                    f"RLVRConfig: {', '.join(changed)} configure the critic (or GAE), but "
+                    f"adv_estimator={self.adv_estimator!r} uses no critic, so they would do "
+                    "nothing. Set adv_estimator='gae', or leave them at their defaults."
+                )
+            return
+        if self.critic_lr is not None:
+            _check_lr(self.critic_lr, "critic_lr")
+        if self.critic_shares_trunk and self.critic_model_name_or_path is not None:
+            raise ValueError(
+                f"RLVRConfig.critic_model_name_or_path={self.critic_model_name_or_path!r} with "
+                "critic_shares_trunk=True: a value head on the policy's trunk starts from the "
+                "policy's checkpoint. Drop one of the two."
+            )
+        if not self.critic_shares_trunk and self.value_loss_coef != 1.0:
+            raise ValueError(
+                f"RLVRConfig.value_loss_coef={self.value_loss_coef!r} only weighs the value loss "
+                "against the actor loss on a shared trunk (critic_shares_trunk=True); a separate "
+                "critic has its own Adam optimizer, which a loss scale does not change. Set "
+                "critic_lr instead, or critic_shares_trunk=True."
             )
 
     def _validate_batch_sizes(self) -> None:
@@ -363,6 +391,14 @@ class RLVRConfig(AlgorithmConfig):
             return self.rollout_engine == "vllm"
         return bool(self.recompute_old_logp)
 
+    @property
+    def critic_spec(self) -> dict[str, Any] | None:
+        """The module's critic (model_config["critic"]), or None for a critic-free estimator."""
+        if not core.adv_estimator_info(self.adv_estimator).needs_critic:
+            return None
+        return {"model_name_or_path": self.critic_model_name_or_path or self.model_name_or_path,
+                "shares_trunk": self.critic_shares_trunk}
+
     def get_default_rl_module_spec(self) -> RLModuleSpec:
         from rllib_llm.learner.module import RLVRModule
 
@@ -375,6 +411,7 @@ class RLVRConfig(AlgorithmConfig):
                 "use_reference": self.uses_reference,
                 "entropy_grad": self.entropy_coef > 0,
                 "score_batch_size": self.micro_batch_size or self.mini_batch_size,
+                "critic": self.critic_spec,
             },
         )
 
@@ -404,15 +441,15 @@ def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _check_lr(lr: Any) -> None:
-    """lr: a number > 0, or RLlib's piecewise schedule [[timestep, value], ...] of such values
-    with non-decreasing timesteps >= 0 starting at 0."""
+def _check_lr(lr: Any, name: str = "lr") -> None:
+    """lr (or critic_lr): a number > 0, or RLlib's piecewise schedule [[timestep, value], ...] of
+    such values with non-decreasing timesteps >= 0 starting at 0."""
     fix = ("use a number > 0 (e.g. 1e-6) or a schedule [[0, 1e-6], [20000, 1e-5]] with "
            "timesteps from 0 upwards and values > 0")
     if _finite(lr):
         if lr > 0:
             return
-        raise ValueError(f"RLVRConfig.lr={lr!r} is invalid: a learning rate <= 0 trains "
+        raise ValueError(f"RLVRConfig.{name}={lr!r} is invalid: a learning rate <= 0 trains "
                          f"backwards or not at all; {fix}.")
     points = lr if isinstance(lr, (list, tuple)) else None
     ok = bool(points) and all(isinstance(p, (list, tuple)) and len(p) == 2 and _finite(p[0])
@@ -422,7 +459,7 @@ def _check_lr(lr: Any) -> None:
         ok = times[0] == 0 and all(b >= a for a, b in zip(times, times[1:])) and \
             all(p[1] > 0 for p in points)
     if not ok:
-        raise ValueError(f"RLVRConfig.lr={lr!r} is invalid; {fix}.")
+        raise ValueError(f"RLVRConfig.{name}={lr!r} is invalid; {fix}.")
 
 
 @functools.cache

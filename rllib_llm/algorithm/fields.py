@@ -310,12 +310,24 @@ FIELDS: tuple[Field, ...] = (
     Field("kl_horizon", 10000, "Adaptive beta's horizon in steps.", positive, "kl"),
     # --- rewards and advantages -----------------------------------------------------------------
     Field("adv_estimator", "grpo",
-          "Advantage estimator: reinforce, grpo, rloo, reinforce_baseline ('gae' needs the "
-          "critic of a later release). ROLL defaults to gae.",
+          "Advantage estimator: gae (PPO with a critic: the critic_* and value_* settings), "
+          "reinforce, grpo, rloo, reinforce_baseline. ROLL defaults to gae; we default to grpo, "
+          "which needs no value model.",
           one_of(_core_names("adv_estimator")), "advantage"),
     Field("gamma", 1.0, "Discount of token rewards.", unit_interval, "advantage"),
-    Field("lambd", 0.95, "GAE lambda (used with adv_estimator='gae').", unit_interval,
-          "advantage"),
+    Field("lambd", 0.95,
+          "GAE lambda of the actor's advantages (adv_estimator='gae' only; another value with a "
+          "critic-free estimator is rejected).", unit_interval, "advantage"),
+    Field("critic_lambd", None,
+          "Decoupled GAE (VC-PPO, arXiv:2503.01491): lambda of the critic's returns, while the "
+          "actor's advantages keep lambd. VC-PPO and VAPO use 1.0 (unbiased value targets over a "
+          "long horizon) with lambd 0.95. None = lambd (coupled). gae only.",
+          optional(unit_interval), "critic"),
+    Field("length_adaptive_alpha", None,
+          "Length-adaptive GAE (VAPO, arXiv:2504.05118): the actor's lambda per response is "
+          "clamp(1 - 1/(alpha * l), 0, 1), l = its generated tokens, replacing lambd. VAPO uses "
+          "0.05, made for responses of hundreds of tokens (a 6-token response gets lambda 0). "
+          "None = off. gae only.", optional(positive), "critic"),
     Field("reward_clip", None, "Clamp scores to +-reward_clip; None = off.", optional(positive),
           "advantage"),
     Field("norm_mean_type", None, "Subtract the 'batch', 'group' or 'running' score mean.",
@@ -326,8 +338,37 @@ FIELDS: tuple[Field, ...] = (
           "advantage"),
     Field("advantage_clip", 2.0, "Clamp advantages to +-advantage_clip; None = off.",
           optional(positive), "advantage"),
-    Field("value_clip", None, "Critic value clip (used with adv_estimator='gae').",
-          optional(positive), "advantage"),
+    # --- the critic (adv_estimator='gae'; with any other estimator these must stay at default)
+    Field("value_clip", None,
+          "PPO value clipping: the value loss is max((V - R)^2, (V_clip - R)^2) / 2 with V_clip = "
+          "V_old + clip(V - V_old, +-value_clip). None = plain (V - R)^2 / 2.",
+          optional(positive), "critic"),
+    Field("critic_model_name_or_path", None,
+          "Checkpoint the critic's trunk starts from: None = the policy's (model_name_or_path); "
+          "or another causal LM, or a reward model (a *ForSequenceClassification checkpoint with "
+          "one label, whose score head then initialises the value head). The value head of a "
+          "causal LM starts at zero (V = 0).", optional(text), "critic"),
+    Field("critic_shares_trunk", False,
+          "True: the value head sits on the policy's own trunk (one model, half the memory; the "
+          "value loss, scaled by value_loss_coef, also trains the trunk). False: a separate value "
+          "model (VC-PPO, VAPO, ROLL, verl). A shared trunk cannot start from another checkpoint "
+          "(critic_model_name_or_path must be None).", boolean, "critic"),
+    Field("critic_lr", None,
+          "Learning rate of the critic's own Adam optimizer (a number or a schedule like lr); "
+          "None = lr. VAPO: critic 2e-6, actor 1e-6. With a shared trunk it trains the value head "
+          "and the trunk follows lr.", None, "critic"),
+    Field("value_loss_coef", 1.0,
+          "Weight of the value loss where it meets the actor loss: a shared trunk "
+          "(critic_shares_trunk=True). A separate critic has an optimizer of its own, so there "
+          "any other value is rejected (set critic_lr instead).", non_negative, "critic"),
+    Field("value_pretrain_steps", 0,
+          "Value pretraining (VC-PPO): the first value_pretrain_steps training iterations train "
+          "the critic alone, on Monte-Carlo returns (lambda = 1) of responses sampled from the "
+          "frozen initial policy; the actor starts moving after them. Logged: "
+          "learners/default_policy/value_pretraining (1 while it runs), value_loss, "
+          "explained_variance. A run resumed from a checkpoint does not repeat them.",
+          lambda v: None if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else
+          "must be an integer >= 0", "critic"),
     # --- evaluation -----------------------------------------------------------------------------
     # RLVR.evaluate (RLlib's evaluation step, every evaluation_interval iterations) and
     # RLVR.evaluate_accuracy score held-out problems with the evaluation config: the training

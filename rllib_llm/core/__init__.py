@@ -85,7 +85,12 @@ from rllib_llm.core.rollout_correction import (
     rollout_is_weights,
     rollout_mismatch_kl,
 )
-from rllib_llm.core.value import explained_variance, value_loss, value_loss_per_token
+from rllib_llm.core.value import (
+    explained_variance,
+    value_clipfrac,
+    value_loss,
+    value_loss_per_token,
+)
 
 __all__ = [
     "ADV_ESTIMATORS",
@@ -153,6 +158,7 @@ __all__ = [
     "rollout_mismatch_kl",
     "token_level_rewards",
     "user_registrations",
+    "value_clipfrac",
     "value_loss",
     "value_loss_per_token",
     "whiten",

@@ -82,3 +82,16 @@ def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> Tensor:
     var_returns = masked_var(returns, mask)
     ev = 1.0 - masked_var(returns - values, mask) / var_returns.clamp(min=1e-30)
     return ev.where(var_returns > 0, ev.new_zeros(()))
+
+
+def value_clipfrac(
+    values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, *, value_clip: float
+) -> Tensor:
+    """Share of mask tokens whose value loss took the clipped branch: (V_clip − R)² > (V − R)²
+    (verl's vf_clipfrac). How much ``value_clip`` holds the critic back."""
+    dtype = compute_dtype(values, old_values, returns)
+    m = mask.to(dtype)
+    values, old_values, returns = (x.detach().to(dtype) for x in (values, old_values, returns))
+    clipped = old_values + (values - old_values).clamp(-value_clip, value_clip)
+    took_clip = ((clipped - returns).square() > (values - returns).square()).to(dtype)
+    return (took_clip * m).sum() / m.sum().clamp(min=1)

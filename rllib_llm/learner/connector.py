@@ -53,6 +53,9 @@ class PackAndComputeAdvantages(ConnectorV2):
             self._recompute_old_logp(module, data, metrics)
         if module.has_reference:
             data["ref_logp"] = module.score_tokens(data, reference=True)
+        values = None
+        if module.has_critic:  # V_old: the critic's values at rollout time (adv_estimator gae)
+            values = module.score_values(data).to(mask.device).float() * mask  # (B, T)
         token_kl = None
         if cfg.add_token_level_kl:
             # KL of the behaviour policy to the reference, charged in the reward (REINFORCE++).
@@ -60,12 +63,15 @@ class PackAndComputeAdvantages(ConnectorV2):
             mean_kl = (token_kl.sum() / mask.sum().clamp(min=1)).item()
             self._log(metrics, KL_IN_REWARD, mean_kl)
             self._log(metrics, KL_COEF, self.kl_controller.value)
-        advantages, _, _ = core.compute_advantages(
+        advantages, returns, token_rewards = core.compute_advantages(
             data["scores"], mask,
             adv_estimator=cfg.adv_estimator,
             group_size=cfg.num_return_sequences_in_group,
             gamma=cfg.gamma,
             lambd=cfg.lambd,
+            critic_lambd=cfg.critic_lambd,
+            length_adaptive_alpha=cfg.length_adaptive_alpha,
+            values=values,
             reward_clip=cfg.reward_clip,
             norm_mean_type=cfg.norm_mean_type,
             norm_std_type=cfg.norm_std_type,
@@ -78,6 +84,12 @@ class PackAndComputeAdvantages(ConnectorV2):
         if token_kl is not None:
             self.kl_controller.update(mean_kl, len(episodes))
         data["advantages"] = advantages.float()
+        if values is not None:
+            data["values"] = values
+            data["returns"] = returns.float()  # GAE's returns, with critic_lambd if set
+            # Value pretraining's targets: Monte-Carlo returns (GAE's with lambda = 1).
+            data["mc_returns"] = core.discounted_returns(token_rewards, mask,
+                                                         gamma=cfg.gamma).float()
         self._log(metrics, SCORE_MEAN, data["scores"].mean().item())
         n = mask.sum().clamp(min=1)
         self._log(metrics, ADVANTAGE_MEAN, ((advantages * mask).sum() / n).item())

@@ -1,8 +1,14 @@
-"""`RLVRLearner`: the actor loss of ALGORITHMS.md on RLlib's TorchLearner.
+"""`RLVRLearner`: the actor loss of ALGORITHMS.md on RLlib's TorchLearner, and the critic's.
 
     L = rl_loss_coef * (agg(L_pg) + [use_kl_loss] * kl_loss_coef * agg(kl(logp, ref_logp)))
         - entropy_coef * agg(entropy) + positive_nll_coef * positive_nll_loss
         + positive_loss_coef * agg_pos(-logp * A) + use_topr_neg_loss_coef * agg_neg(...)
+        + value_loss_coef * agg(value_loss(V, V_old, R))          (adv_estimator='gae')
+
+With a critic the module's parameters split between two Adam optimizers, "actor" (lr) and
+"critic" (critic_lr), each clipped to grad_clip on its own (RLlib clips per optimizer). During
+value pretraining (the first value_pretrain_steps iterations) the loss is the value loss alone,
+on Monte-Carlo returns, and only the critic's optimizer steps.
 
 One call of `_update` is one training iteration: `ppo_epochs` passes over the rollout batch in
 mini-batches of whole prompt groups (`minibatches.py`), one optimizer step each. Every term is
@@ -37,7 +43,17 @@ TOTAL_LOSS = "loss"
 TOKENS_PER_S = "learner_tokens_per_s"
 NUM_OPTIMIZER_STEPS = "num_optimizer_steps"  # optimizer steps taken this iteration
 NUM_NONFINITE_SKIPPED = "num_nonfinite_steps_skipped"  # steps skipped so far (lifetime)
-GRAD_NORM = "grad_norm"  # global gradient norm before clipping, mean over the steps
+GRAD_NORM = "grad_norm"  # the actor's global gradient norm before clipping, mean over steps
+# The critic's (adv_estimator='gae').
+VALUE_LOSS = "value_loss"
+VALUE_CLIPFRAC = "value_clipfrac"
+CRITIC_GRAD_NORM = "critic_grad_norm"
+VALUE_PRETRAINING = "value_pretraining"  # 1.0 in an iteration that trains the critic alone
+# Over the iteration's whole batch, with the values of rollout time (before this update).
+EXPLAINED_VARIANCE = "explained_variance"
+VALUE_MEAN = "value_mean"
+RETURN_MEAN = "return_mean"  # of the critic's targets
+VALUE_MAE = "value_abs_error"  # mean |V - R|
 
 # pg variants that split responses into positive and negative ones: they get the verifier's
 # correct flag as their `scores` (1.0 or 0.0), so a format bonus on a wrong answer cannot make
@@ -66,6 +82,24 @@ class RLVRLearner(TorchLearner):
         self._shuffle = torch.Generator().manual_seed(cfg.seed or 0)
         self._nonfinite_in_a_row = 0
         self._nonfinite_total = 0
+        module = self.module[DEFAULT_MODULE_ID].unwrapped()
+        self._has_critic = module.has_critic
+        self._critic_refs = {self.get_param_ref(p) for p in module.critic_parameters()}
+        self._value_pretrain_done = 0  # value-pretraining iterations done (checkpointed)
+        self._pretraining = False
+
+    def configure_optimizers_for_module(self, module_id, config=None) -> None:
+        """One Adam optimizer (RLlib's default), or with a critic two: "actor" at lr and
+        "critic" at critic_lr."""
+        module = self._module[module_id].unwrapped()
+        if not module.has_critic:
+            return super().configure_optimizers_for_module(module_id, config)
+        critic_lr = config.lr if config.critic_lr is None else config.critic_lr
+        for name, params, lr in (("actor", module.policy_parameters(), config.lr),
+                                 ("critic", module.critic_parameters(), critic_lr)):
+            self.register_optimizer(module_id=module_id, optimizer_name=name,
+                                    optimizer=torch.optim.Adam(params), params=params,
+                                    lr_or_lr_schedule=lr)
 
     def get_parameters(self, module) -> list[torch.nn.Parameter]:
         # The frozen reference model is part of the module but never optimised.
@@ -86,6 +120,13 @@ class RLVRLearner(TorchLearner):
         start = time.perf_counter()
         cfg = self.config
         data = batch[DEFAULT_MODULE_ID]
+        self._pretraining = self._has_critic and \
+            self._value_pretrain_done < cfg.value_pretrain_steps
+        if self._has_critic:
+            # Value pretraining fits Monte-Carlo returns (VC-PPO); then GAE's returns.
+            data = {**data, "value_targets": data["mc_returns" if self._pretraining
+                                                  else "returns"]}
+            self._log_critic_batch_metrics(data)
         steps = minibatch_rows(
             data["action_mask"].shape[0], group_size=cfg.num_return_sequences_in_group,
             mini_batch_size=cfg.mini_batch_size, num_epochs=cfg.ppo_epochs,
@@ -99,6 +140,10 @@ class RLVRLearner(TorchLearner):
         self.metrics.log_value((DEFAULT_MODULE_ID, NUM_OPTIMIZER_STEPS), len(steps), window=1)
         self.metrics.log_value((DEFAULT_MODULE_ID, NUM_NONFINITE_SKIPPED),
                                self._nonfinite_total, window=1)
+        if self._has_critic:
+            self.metrics.log_value((DEFAULT_MODULE_ID, VALUE_PRETRAINING),
+                                   float(self._pretraining), window=1)
+            self._value_pretrain_done += int(self._pretraining)
         seconds = time.perf_counter() - start
         tokens = float(data["attention_mask"].sum()) * cfg.ppo_epochs
         self.metrics.log_value((DEFAULT_MODULE_ID, TOKENS_PER_S), tokens / seconds, window=1)
@@ -128,15 +173,25 @@ class RLVRLearner(TorchLearner):
                 DEFAULT_MODULE_ID]
             loss.backward()
             total = total + loss.detach().double()
+        if self._pretraining:
+            # The actor stays frozen: a shared trunk's value-loss gradient is dropped too.
+            for pid, p in self._params.items():
+                if pid not in self._critic_refs:
+                    p.grad = None
         grads = {pid: p.grad for pid, p in self._params.items() if p.grad is not None}
-        grad_norm = _global_norm(grads.values())
-        if not (torch.isfinite(total) and torch.isfinite(grad_norm)):
-            self._skip_nonfinite_step(float(total), float(grad_norm))
+        actor_norm = _global_norm(g for pid, g in grads.items() if pid not in self._critic_refs)
+        critic_norm = _global_norm(g for pid, g in grads.items() if pid in self._critic_refs)
+        if not (torch.isfinite(total) and torch.isfinite(actor_norm)
+                and torch.isfinite(critic_norm)):
+            self._skip_nonfinite_step(float(total), float(actor_norm + critic_norm))
         else:
             self._nonfinite_in_a_row = 0
             self.apply_gradients(self.postprocess_gradients(grads))
         metrics.add_sum(TOTAL_LOSS, float(total))
-        metrics.add_sum(GRAD_NORM, float(grad_norm))
+        if not self._pretraining:
+            metrics.add_sum(GRAD_NORM, float(actor_norm))
+        if self._has_critic:
+            metrics.add_sum(CRITIC_GRAD_NORM, float(critic_norm))
         return metrics.values()
 
     def _skip_nonfinite_step(self, loss: float, grad_norm: float) -> None:
@@ -160,7 +215,7 @@ class RLVRLearner(TorchLearner):
     # --- the loss of one micro-batch ------------------------------------------------------------
     def compute_loss_for_module(self, *, module_id, config, batch, fwd_out) -> torch.Tensor:
         cfg = config
-        logp, mask = fwd_out["logp"], batch["action_mask"]  # (B, T) each
+        mask = batch["action_mask"]  # (B, T)
         counts = self._counts or core.agg_counts(mask)
         metrics = self._step_metrics if self._step_metrics is not None else StepMetrics()
         share = _token_share(mask, counts)  # this micro-batch's share of the mini-batch tokens
@@ -172,6 +227,29 @@ class RLVRLearner(TorchLearner):
                                  num_tokens=counts.num_tokens if num_tokens is None else num_tokens,
                                  num_seqs=counts.num_seqs)
 
+        value_term = 0.0
+        if "values" in fwd_out:
+            value_term = self._value_loss(fwd_out["values"], batch, agg, metrics, share)
+        if self._pretraining:
+            return value_term
+        return self._actor_loss(cfg, fwd_out, batch, agg, metrics, share) + \
+            cfg.value_loss_coef * value_term
+
+    def _value_loss(self, values, batch, agg, metrics: StepMetrics, share: float):
+        """The critic's loss on this micro-batch: agg(½·max((V − R)², (V_clip − R)²))."""
+        cfg, mask = self.config, batch["action_mask"]
+        old, targets = batch["values"], batch["value_targets"]
+        loss = agg(core.value_loss_per_token(values, old, targets, mask,
+                                             value_clip=cfg.value_clip))
+        metrics.add_sum(VALUE_LOSS, float(loss.detach()))
+        if cfg.value_clip is not None:
+            clipfrac = core.value_clipfrac(values, old, targets, mask, value_clip=cfg.value_clip)
+            metrics.add_token_stat(VALUE_CLIPFRAC, float(clipfrac), share)
+        return loss
+
+    def _actor_loss(self, cfg, fwd_out, batch, agg, metrics: StepMetrics, share: float):
+        """The actor's loss on this micro-batch (the formula in the module docstring)."""
+        logp, mask = fwd_out["logp"], batch["action_mask"]  # (B, T) each
         positive = _positive(batch)  # (B,)
         scores = positive if cfg.pg_variant in SPLITS_BY_CORRECT else batch["scores"]
         pg_tok, pg_metrics = core.policy_loss(
@@ -215,6 +293,19 @@ class RLVRLearner(TorchLearner):
             metrics.add_token_stat(name, float(value), share)
         return loss
 
+    def _log_critic_batch_metrics(self, data: dict[str, torch.Tensor]) -> None:
+        """How well the rollout-time values V_old predict this iteration's targets."""
+        mask = data["action_mask"]
+        values, targets = data["values"], data["value_targets"]
+        n = mask.sum().clamp(min=1)
+        for name, value in (
+            (EXPLAINED_VARIANCE, core.explained_variance(values, targets, mask)),
+            (VALUE_MEAN, (values * mask).sum() / n),
+            (RETURN_MEAN, (targets * mask).sum() / n),
+            (VALUE_MAE, ((values - targets).abs() * mask).sum() / n),
+        ):
+            self.metrics.log_value((DEFAULT_MODULE_ID, name), float(value), window=1)
+
     # --- checkpoints: what RLlib's Learner state leaves out -------------------------------------
     def get_state(self, components=None, *, not_components=None, **kwargs) -> dict[str, Any]:
         state = super().get_state(components, not_components=not_components, **kwargs)
@@ -224,6 +315,7 @@ class RLVRLearner(TorchLearner):
             "connector": connector.get_state() if connector is not None else {},
             "shuffle_rng": self._shuffle.get_state(),
             "nonfinite": (self._nonfinite_in_a_row, self._nonfinite_total),
+            "value_pretrain_done": self._value_pretrain_done,
         }
         return state
 
@@ -236,6 +328,7 @@ class RLVRLearner(TorchLearner):
             self._learner_connector.set_state(ours["connector"])
         self._shuffle.set_state(ours["shuffle_rng"])
         self._nonfinite_in_a_row, self._nonfinite_total = ours["nonfinite"]
+        self._value_pretrain_done = ours.get("value_pretrain_done", 0)
 
     # --- weight sync by broadcast (rank 0 of the group; see exchange/weight_broadcast.py) -------
     def open_weight_broadcast(self, *, backend: str, world_size: int, timeout_s: float,

@@ -1,4 +1,5 @@
-"""`RLVRModule`: an RLlib TorchRLModule around a Hugging Face causal LM (+ frozen reference).
+"""`RLVRModule`: an RLlib TorchRLModule around a Hugging Face causal LM (+ frozen reference,
++ a critic for adv_estimator='gae').
 
 The learner's batch packs each response after its left-padded prompt:
 
@@ -14,13 +15,18 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
+from ray.rllib.core.rl_module.apis import InferenceOnlyAPI, ValueFunctionAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
 from rllib_llm.learner.tensor_state import TensorState
-from rllib_llm.models import load_model
+from rllib_llm.models import DTYPES, load_model
+from rllib_llm.models.value_model import load_value_model, response_values, value_head
 
 REFERENCE = "reference_model"
+CRITIC = "critic"  # a separate value model (models/value_model.py)
+VALUE_HEAD = "value_head"  # a value head on the policy's own trunk
+# What env runners (inference_only=True) never build, hold or receive.
+NON_INFERENCE = (REFERENCE, CRITIC, VALUE_HEAD)
 
 
 def position_ids_for(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -61,12 +67,14 @@ def token_logp_and_entropy(
     return logp, entropy
 
 
-class RLVRModule(TorchRLModule, InferenceOnlyAPI):
-    """The policy LM, plus a frozen reference LM on learners that need a KL term.
+class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
+    """The policy LM, plus a frozen reference LM on learners that need a KL term, plus a critic
+    on learners of adv_estimator='gae'.
 
     model_config keys: `model_name_or_path`, `model_dtype`, `temperature`, `use_reference`,
     `entropy_grad` (the entropy needs a gradient: entropy_coef > 0), `score_batch_size` (rows
-    per forward of `score_tokens`; None = all at once). Env runners build the module with
+    per forward of `score_tokens`; None = all at once), `critic` (None, or
+    {"model_name_or_path": ..., "shares_trunk": bool}). Env runners build the module with
     `inference_only=True`: the policy alone.
     """
 
@@ -80,6 +88,14 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI):
             ref = load_model(cfg["model_name_or_path"], dtype=cfg["model_dtype"])
             ref.requires_grad_(False)
             self.reference_model = ref.eval()
+        critic = cfg.get("critic")
+        if critic and not self.inference_only:
+            if critic["shares_trunk"]:
+                self.value_head = value_head(self.model.config.hidden_size,
+                                             DTYPES[cfg["model_dtype"]])
+            else:
+                self.critic = load_value_model(critic["model_name_or_path"],
+                                               dtype=cfg["model_dtype"])
 
     def train(self, mode: bool = True):
         """The learner switches the module to training mode; the reference stays in eval mode
@@ -90,11 +106,24 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI):
         return self
 
     def get_non_inference_attributes(self) -> list[str]:
-        return [REFERENCE]
+        return list(NON_INFERENCE)
 
     @property
     def has_reference(self) -> bool:
         return hasattr(self, REFERENCE)
+
+    @property
+    def has_critic(self) -> bool:
+        return hasattr(self, CRITIC) or hasattr(self, VALUE_HEAD)
+
+    def policy_parameters(self) -> list[torch.nn.Parameter]:
+        """What the actor's optimizer trains (a shared trunk included)."""
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def critic_parameters(self) -> list[torch.nn.Parameter]:
+        """What the critic's optimizer trains: the value model, or the head on a shared trunk."""
+        critic = getattr(self, CRITIC, None) or getattr(self, VALUE_HEAD, None)
+        return [] if critic is None else [p for p in critic.parameters() if p.requires_grad]
 
     def _forward(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
         """Next-token logits after each sequence: {"action_dist_inputs": (B, V)}."""
@@ -102,13 +131,64 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI):
         return {"action_dist_inputs": logits[:, -1] / self.temperature}
 
     def _forward_train(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
+        """log-probs and entropies (B, T) of the response tokens, and their values (B, T) when
+        the module has a critic."""
         tokens = batch["response_ids"]  # (B, T)
-        logits = response_logits(
-            self.model, batch["input_ids"], batch["attention_mask"], tokens.shape[1]
-        )
-        logp, entropy = token_logp_and_entropy(logits, tokens, self.temperature,
-                                               entropy_grad=self.entropy_grad)
-        return {"logp": logp, "entropy": entropy}
+        t = tokens.shape[1]
+        out = {}
+        if hasattr(self, VALUE_HEAD):
+            # One trunk pass serves both heads: the logits as the causal LM computes them
+            # (its LM head on the last hidden states) and the values.
+            hidden = self._trunk_hidden(self.model.base_model, batch)  # (B, L, H)
+            logits = self.model.get_output_embeddings()(hidden[:, -(t + 1) : -1])
+            out["values"] = response_values(self.value_head, hidden, t)
+        else:
+            logits = response_logits(self.model, batch["input_ids"], batch["attention_mask"], t)
+            if self.has_critic:
+                out["values"] = self.compute_values(batch)
+        out["logp"], out["entropy"] = token_logp_and_entropy(
+            logits, tokens, self.temperature, entropy_grad=self.entropy_grad)
+        return out
+
+    def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
+        """RLlib's ValueFunctionAPI: V (B, T) of the state before each response token."""
+        if not self.has_critic:
+            raise ValueError(
+                "RLVRModule has no critic: it is built for adv_estimator='gae' on learners "
+                "(env runners never hold one)."
+            )
+        t = batch["response_ids"].shape[1]
+        if hasattr(self, VALUE_HEAD):
+            return response_values(self.value_head,
+                                   self._trunk_hidden(self.model.base_model, batch), t)
+        return self.critic(batch["input_ids"], batch["attention_mask"], t,
+                           position_ids_for(batch["attention_mask"]))
+
+    @staticmethod
+    def _trunk_hidden(trunk: torch.nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+        return trunk(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                     position_ids=position_ids_for(batch["attention_mask"]),
+                     use_cache=False).last_hidden_state
+
+    @torch.no_grad()
+    def score_values(self, batch: dict[str, Any]) -> torch.Tensor:
+        """The critic's values (B, T) at rollout time (V_old), no grad, in eval mode and
+        `score_batch_size` rows per forward, like `score_tokens`."""
+        critic = getattr(self, CRITIC, None) or self.model
+        return self._in_eval_chunks(critic, batch, self.compute_values)
+
+    def _in_eval_chunks(self, model: torch.nn.Module, batch: dict[str, Any], fn) -> torch.Tensor:
+        """torch.cat of fn(rows) over chunks of `score_batch_size` rows, `model` in eval mode."""
+        was_training = model.training
+        model.eval()
+        try:
+            n = batch["response_ids"].shape[0]
+            size = self.score_batch_size or n
+            return torch.cat([fn({k: batch[k][start : start + size]
+                                  for k in ("input_ids", "attention_mask", "response_ids")})
+                              for start in range(0, n, size)])
+        finally:
+            model.train(was_training)
 
     @torch.no_grad()
     def score_tokens(self, batch: dict[str, Any], *, reference: bool) -> torch.Tensor:
@@ -118,21 +198,15 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI):
         micro-batches, so scoring a whole rollout batch never needs more memory than training.
         """
         model = self.reference_model if reference else self.model
-        was_training = model.training
-        model.eval()
-        try:
-            tokens = batch["response_ids"]  # (B, T)
-            size = self.score_batch_size or tokens.shape[0]
-            chunks = []
-            for start in range(0, tokens.shape[0], size):
-                rows = slice(start, start + size)
-                logits = response_logits(model, batch["input_ids"][rows],
-                                         batch["attention_mask"][rows], tokens.shape[1])
-                chunks.append(token_logp_and_entropy(logits, tokens[rows], self.temperature,
-                                                     entropy_grad=False)[0])
-            return torch.cat(chunks)  # (B, T)
-        finally:
-            model.train(was_training)
+
+        def logp(rows: dict[str, torch.Tensor]) -> torch.Tensor:
+            tokens = rows["response_ids"]
+            logits = response_logits(model, rows["input_ids"], rows["attention_mask"],
+                                     tokens.shape[1])
+            return token_logp_and_entropy(logits, tokens, self.temperature,
+                                          entropy_grad=False)[0]
+
+        return self._in_eval_chunks(model, batch, logp)  # (B, T)
 
     # RLlib's default get_state converts to numpy, which has no bfloat16: keep torch tensors,
     # in a TensorState so that Ray still moves their bytes without pickling them. Like RLlib's
@@ -141,16 +215,21 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI):
     def get_state(self, components=None, *, not_components=None, inference_only=False, **kw):
         state = self.state_dict()
         if inference_only:
-            state = {k: v for k, v in state.items() if not k.startswith(REFERENCE + ".")}
+            state = {k: v for k, v in state.items() if not _non_inference(k)}
         return TensorState({k: v.detach().cpu() for k, v in state.items()})
 
     def set_state(self, state: dict[str, Any]) -> None:
         tensors = {k: torch.as_tensor(v) for k, v in state.items()}
         missing, unexpected = self.load_state_dict(tensors, strict=False)
-        # An inference-only copy never holds the reference; anything else missing is a bug.
-        missing = [k for k in missing if not k.startswith(REFERENCE + ".")]
+        # An inference-only copy never holds reference or critic; anything else missing is a bug.
+        missing = [k for k in missing if not _non_inference(k)]
         if missing or unexpected:
             raise ValueError(
                 f"RLVRModule.set_state: state does not fit this model (missing {missing[:5]}, "
                 f"unexpected {unexpected[:5]}); was it saved from another model_name_or_path?"
             )
+
+
+def _non_inference(key: str) -> bool:
+    """Whether a state-dict key belongs to a part env runners never hold."""
+    return key.split(".", 1)[0] in NON_INFERENCE
