@@ -394,6 +394,7 @@ class RLVRConfig(AlgorithmConfig):
     @property
     def critic_spec(self) -> dict[str, Any] | None:
         """The module's critic (model_config["critic"]), or None for a critic-free estimator."""
+        core.restore_registrations(self.user_registrations)  # a remote process knows built-ins
         if not core.adv_estimator_info(self.adv_estimator).needs_critic:
             return None
         return {"model_name_or_path": self.critic_model_name_or_path or self.model_name_or_path,
