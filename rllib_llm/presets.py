@@ -1,8 +1,10 @@
-"""Presets: tested settings for the embedded default, shared by the demo, examples, tests and
-benchmarks (so none of them imports another's script).
+"""Tested settings for the embedded default, shared by the demo, examples, tests and benchmarks
+(so none of them imports another's script). The named algorithm presets (RLVRConfig.preset)
+live in rllib_llm/algorithm/presets.py; `embedded_preset_config` sizes one for the embedded task.
 
-    from rllib_llm.presets import embedded_config
+    from rllib_llm.presets import embedded_config, embedded_preset_config
     algo = embedded_config("topr", seed=0).build_algo()
+    algo = embedded_preset_config("vapo", seed=0).build_algo()
 """
 
 from __future__ import annotations
@@ -42,5 +44,31 @@ def embedded_config(pg_variant: str = "topr", *, seed: int = 0, **overrides):
         RLVRConfig()
         .environment("math_verify", env_config={"dataset": "arithmetic"})
         .training(**training)
+        .debugging(seed=seed, log_level="ERROR")
+    )
+
+
+# What `embedded_preset_config` sets on top of an algorithm preset: the sizes of the embedded task
+# (EMBEDDED_TRAINING's learning-rate schedule, response length and sampling temperature, used for
+# the critic too) and EMBEDDED_RESPONSES responses per iteration, as many prompts as that makes.
+EMBEDDED_SIZES = {k: EMBEDDED_TRAINING[k] for k in ("lr", "response_length", "temperature")}
+EMBEDDED_RESPONSES = 512
+# Value pretraining on the embedded task, in iterations, for presets that pretrain (50 in VAPO's
+# run of thousands of steps; 10 here of a 100-iteration test budget).
+EMBEDDED_VALUE_PRETRAIN_STEPS = 10
+
+
+def embedded_preset_config(preset: str, *, seed: int = 0, **overrides):
+    """RLVRConfig.preset(preset) sized for the embedded task (EMBEDDED_SIZES), then overrides."""
+    from rllib_llm import RLVRConfig
+
+    config = RLVRConfig.preset(preset)
+    prompts = max(1, EMBEDDED_RESPONSES // config.num_return_sequences_in_group)
+    sizes = {**EMBEDDED_SIZES, "rollout_batch_size": prompts}
+    if config.value_pretrain_steps:
+        sizes["value_pretrain_steps"] = EMBEDDED_VALUE_PRETRAIN_STEPS
+    return (
+        config.environment("math_verify", env_config={"dataset": "arithmetic"})
+        .training(**sizes, **overrides)
         .debugging(seed=seed, log_level="ERROR")
     )

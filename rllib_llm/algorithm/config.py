@@ -73,6 +73,15 @@ class RLVRConfig(AlgorithmConfig):
 
         self.env_runner_cls = RLVREnvRunner
 
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> RLVRConfig:
+        """A config with the algorithm preset `name` (ppo, vc_ppo, vapo, grpo, dr_grpo, dapo,
+        rloo, reinforce_pp, topr: algorithm/presets.py), then `overrides` (any training field,
+        or ROLL alias) on top."""
+        from rllib_llm.algorithm.presets import preset_settings
+
+        return cls().training(**preset_settings(name)).training(**overrides)
+
     # --- setting fields -------------------------------------------------------------------------
     def training(self, **kwargs) -> RLVRConfig:
         """Set RLVR fields (see fields.py), ROLL aliases, or any RLlib `training()` argument."""
