@@ -69,6 +69,6 @@ def embedded_preset_config(preset: str, *, seed: int = 0, **overrides):
         sizes["value_pretrain_steps"] = EMBEDDED_VALUE_PRETRAIN_STEPS
     return (
         config.environment("math_verify", env_config={"dataset": "arithmetic"})
-        .training(**sizes, **overrides)
+        .training(**{**sizes, **overrides})
         .debugging(seed=seed, log_level="ERROR")
     )

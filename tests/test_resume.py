@@ -82,3 +82,36 @@ def test_each_env_runner_draws_its_own_samples():
     per_group = pairs[::2]  # one (prompt, seed) per group of 2 responses
     assert len(set(per_group)) == len(per_group)
     algo.stop()
+
+
+def test_a_resumed_ppo_run_keeps_its_critic_and_does_not_repeat_value_pretraining(tmp_path):
+    """Critic weights, its Adam and the count of value-pretraining iterations are checkpointed:
+    saved inside the pretraining phase, the resumed run finishes it (no more, no less) and then
+    continues exactly as the straight run did."""
+
+    def build_ppo():
+        return embedded_config("ppo", seed=4, adv_estimator="gae", num_return_sequences_in_group=1,
+                               rollout_batch_size=4, response_length=4, value_pretrain_steps=2,
+                               critic_lr=1e-3).build_algo()
+
+    def critic_summary(result) -> tuple:
+        learner = result["learners"]["default_policy"]
+        return (learner["value_pretraining"], learner["value_loss"],
+                learner["explained_variance"], learner.get("pg_loss"))
+
+    algo = build_ppo()
+    algo.train()  # one of the two pretraining iterations
+    algo.save_to_path(str(tmp_path))
+    straight = [critic_summary(algo.train()) for _ in range(2)]
+    critic = {k: v.clone() for k, v in
+              algo.learner_group._learner.module["default_policy"].critic.state_dict().items()}
+    algo.stop()
+    assert [s[0] for s in straight] == [1.0, 0.0]  # the second pretraining iteration, then PPO
+
+    resumed_algo = build_ppo()
+    resumed_algo.restore_from_path(str(tmp_path))
+    assert [critic_summary(resumed_algo.train()) for _ in range(2)] == straight
+    restored = resumed_algo.learner_group._learner.module["default_policy"].critic.state_dict()
+    for name, value in restored.items():
+        assert torch.equal(value, critic[name]), name
+    resumed_algo.stop()
