@@ -7,9 +7,10 @@ budget (EMBEDDED_RESPONSES responses per iteration; value-pretraining iterations
 it), and prints a Markdown table of held-out accuracy (500 problems, 4 samples each) before and
 after: mean +- standard deviation over the seeds, and seconds per iteration measured in this run.
 
-Variants: vapo (rllib_llm.presets.embedded_preset_config("vapo")), vapo without value
-pretraining, without decoupled GAE (the critic's returns use the actor's lambda), without
-length-adaptive lambda (lambda 0.95), and the ppo and grpo presets.
+Variants: vapo (rllib_llm.presets.embedded_preset_config("vapo"), whose length-adaptive alpha is
+sized for 6-token responses), vapo with the paper's alpha 0.05 (lambda 0 at these lengths),
+vapo without value pretraining, without decoupled GAE (the critic's returns use the actor's
+lambda), without length-adaptive lambda (lambda 0.95), and the ppo and grpo presets.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from rllib_llm.presets import embedded_preset_config
 
 VARIANTS = {
     "vapo": ("vapo", {}),
+    "vapo, the paper's alpha 0.05": ("vapo", {"length_adaptive_alpha": 0.05}),
     "vapo - value pretraining": ("vapo", {"value_pretrain_steps": 0}),
     "vapo - decoupled GAE": ("vapo", {"critic_lambd": None}),
     "vapo - length-adaptive lambda": ("vapo", {"length_adaptive_alpha": None}),

@@ -56,10 +56,18 @@ EMBEDDED_RESPONSES = 512
 # Value pretraining on the embedded task, in iterations, for presets that pretrain (50 in VAPO's
 # run of thousands of steps; 10 here of a 100-iteration test budget).
 EMBEDDED_VALUE_PRETRAIN_STEPS = 10
+# Length-adaptive GAE on the embedded task. VAPO's lambda = 1 - 1/(alpha * l) grows with the
+# response length l; its alpha = 0.05 suits responses of thousands of tokens (l = 2000: 0.99) and
+# gives every response shorter than 20 tokens lambda = 0, pure TD(0) on a barely trained critic:
+# on the embedded task's responses of at most 6 tokens the "vapo" preset then lost 25 points in
+# 100 iterations (benchmarks/RESULTS.md, "The critic"). Here alpha makes a full-length response's
+# lambda 0.95 (ROLL's PPO default) and a shorter one's less, as VAPO intends.
+EMBEDDED_LENGTH_ADAPTIVE_ALPHA = 1 / (0.05 * EMBEDDED_TRAINING["response_length"])
 
 
 def embedded_preset_config(preset: str, *, seed: int = 0, **overrides):
-    """RLVRConfig.preset(preset) sized for the embedded task (EMBEDDED_SIZES), then overrides."""
+    """RLVRConfig.preset(preset) sized for the embedded task (EMBEDDED_SIZES, and the critic's
+    EMBEDDED_VALUE_PRETRAIN_STEPS and EMBEDDED_LENGTH_ADAPTIVE_ALPHA), then overrides."""
     from rllib_llm import RLVRConfig
 
     config = RLVRConfig.preset(preset)
@@ -67,6 +75,8 @@ def embedded_preset_config(preset: str, *, seed: int = 0, **overrides):
     sizes = {**EMBEDDED_SIZES, "rollout_batch_size": prompts}
     if config.value_pretrain_steps:
         sizes["value_pretrain_steps"] = EMBEDDED_VALUE_PRETRAIN_STEPS
+    if config.length_adaptive_alpha is not None:
+        sizes["length_adaptive_alpha"] = EMBEDDED_LENGTH_ADAPTIVE_ALPHA
     return (
         config.environment("math_verify", env_config={"dataset": "arithmetic"})
         .training(**{**sizes, **overrides})

@@ -9,6 +9,7 @@ returns with the actor frozen, lowers the value loss and is not repeated after a
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -186,4 +187,25 @@ def test_after_pretraining_both_move_and_the_critic_trains_on_gae_returns(monkey
     # whatever the actor's lambda.
     torch.testing.assert_close(b["returns"], b["mc_returns"])
     assert (b["values"] * (1 - b["action_mask"])).abs().sum() == 0  # no value on padding
+    algo.stop()
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_the_issue_call_trains_with_critic_metrics_and_remote_runners_hold_no_critic():
+    from rllib_llm import RLVRConfig
+
+    algo = (RLVRConfig().environment("math_verify")
+            .training(adv_estimator="gae", critic_lambd=1.0, length_adaptive_alpha=0.05,
+                      value_pretrain_steps=1)
+            .training(rollout_batch_size=2, response_length=4)  # small, to keep CI short
+            .env_runners(num_env_runners=1).debugging(seed=0).build_algo())
+    results = [algo.train()["learners"]["default_policy"] for _ in range(2)]
+    assert [r["value_pretraining"] for r in results] == [1.0, 0.0]
+    for key in ("value_loss", "explained_variance", "value_mean", "return_mean",
+                "value_abs_error", "critic_grad_norm"):
+        assert all(np.isfinite(r[key]) for r in results), key
+    assert "grad_norm" in results[1] and "pg_loss" in results[1]
+    held = algo.env_runner_group.foreach_env_runner(lambda r: r.module.has_critic,
+                                                    local_env_runner=False)
+    assert held == [False]
     algo.stop()
