@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-import ray
+from topr_arithmetic import train_and_report  # held-out accuracy, training, accuracy again
 
 from rllib_llm.algorithm.roll_config import load_roll_config
 from rllib_llm.presets import EMBEDDED_SIZES
@@ -38,27 +38,7 @@ def main(config_file: str, iterations: int, eval_problems: int, min_gain: float)
         .environment("math_verify", env_config={"dataset": "arithmetic"})
         .debugging(seed=0)
     )
-
-    ray.init(include_dashboard=False, log_to_driver=False)
-    algo = config.build_algo()
-    before = algo.evaluate_accuracy(num_problems=eval_problems)["pass@1"]
-    print(f"held-out accuracy before training: {before:.3f}")
-    for i in range(1, iterations + 1):
-        result = algo.train()
-        if i % 25 == 0 or i == iterations:
-            runners = result["env_runners"]
-            print(f"iter {i:4d}  reward {runners['episode_return_mean']:.3f}  "
-                  f"train accuracy {runners['accuracy']:.3f}", flush=True)
-    after = algo.evaluate_accuracy(num_problems=eval_problems)["pass@1"]
-    gain = (after - before) * 100
-    print(f"held-out accuracy after training:  {after:.3f} ({gain:+.1f} points)")
-
-    algo.stop()
-    ray.shutdown()
-    learned = gain >= min_gain
-    print(f"{'learned' if learned else 'did not learn'}: {gain:+.1f} points after {iterations} "
-          f"iterations of {config_file} (asked for >= {min_gain:+.1f})")
-    return learned
+    return train_and_report(config, iterations, eval_problems, min_gain)
 
 
 def parse_args(default_config: str) -> argparse.Namespace:

@@ -201,8 +201,8 @@ def read_roll_source(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
 
     if isinstance(source, Mapping):
         return dict(source)
-    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and
-                                    source.endswith((".yaml", ".yml"))):
+    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and (
+            source.endswith((".yaml", ".yml")) or Path(source).is_file())):
         source = Path(source).read_text()
     data = yaml.safe_load(source)
     if not isinstance(data, dict):
