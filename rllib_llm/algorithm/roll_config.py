@@ -18,6 +18,9 @@ The mapping follows ROLL's code (alibaba/ROLL at ROLL_COMMIT; `reward_norm` / `r
   to that (ours defaults to the paper's 3).
 - `pg_clip_low` / `pg_clip_high` count only with `use_pg_clip_range: true`, as in ROLL.
 - ROLL's KL loss is always the k3 estimator: our `kl_loss_kind` default.
+- `positive_loss_coef` (ROLL's dataclass: `postive_loss_coef`) and `use_topr_neg_loss_coef` are
+  the TOPR terms of ROLL's rlvr actor_worker from commit 46b75d6 to v0.2.0 (3077bef), which
+  dropped them; ROLL_COMMIT still declares both fields but reads neither.
 - `reward_clip` clamps ROLL's rewards after normalisation and again after the KL-in-reward; ours
   clamps the raw scores, so the loader refuses it together with either.
 
