@@ -18,7 +18,6 @@ from rllib_llm.presets import EMBEDDED_TRAINING
 
 
 def main(iterations: int, eval_problems: int, min_gain: float) -> bool:
-    ray.init(include_dashboard=False, log_to_driver=False)
     config = (
         RLVRConfig()
         .environment("math_verify", env_config={"dataset": "arithmetic"})
@@ -32,6 +31,14 @@ def main(iterations: int, eval_problems: int, min_gain: float) -> bool:
         )
         .debugging(seed=0)
     )
+    return train_and_report(config, iterations, eval_problems, min_gain)
+
+
+def train_and_report(config: RLVRConfig, iterations: int, eval_problems: int,
+                     min_gain: float) -> bool:
+    """Held-out accuracy before and after `iterations` training iterations; True if it rose by
+    at least `min_gain` points. (examples/roll_ppo.py trains this way too.)"""
+    ray.init(include_dashboard=False, log_to_driver=False)
     algo = config.build_algo()
 
     before = algo.evaluate_accuracy(num_problems=eval_problems)["pass@1"]
