@@ -35,6 +35,7 @@ _PPO = dict(
     adv_estimator="gae", num_return_sequences_in_group=1, ppo_epochs=1, pg_variant="ppo",
     use_kl_loss=True, kl_loss_coef=0.001, loss_agg_mode="seq-mean-token-sum",
     whiten_advantages=True, advantage_clip=2.0, reward_clip=None, dual_clip_loss=True,
+    dual_clip_c=1.4,  # ROLL's constant, 1 + 2 * pg_clip (our default follows the paper's 3)
     lambd=0.95, gamma=1.0, pg_clip=0.2, value_clip=None, kl_penalty="kl", target_kl=None,
     init_kl_coef=0.2, kl_horizon=10000, add_token_level_kl=False, norm_mean_type=None,
     norm_std_type=None,
