@@ -209,3 +209,33 @@ def test_the_issue_call_trains_with_critic_metrics_and_remote_runners_hold_no_cr
                                                     local_env_runner=False)
     assert held == [False]
     algo.stop()
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_the_learner_batch_carries_length_adaptive_gae_by_hand(monkeypatch):
+    captured = _capture_update(monkeypatch)
+    alpha, gamma = 0.4, 0.9
+    algo = embedded_config("ppo", length_adaptive_alpha=alpha, gamma=gamma,
+                           whiten_advantages=False, advantage_clip=None, lambd=0.3,
+                           **{**GAE, "rollout_batch_size": 8, "response_length": 6}).build_algo()
+    module = algo.learner_group._learner.module["default_policy"]
+    torch.nn.init.normal_(module.critic.head.weight, std=0.5)  # values that are not all 0
+    algo.train()
+    b = captured["batch"]
+    lengths = b["action_mask"].sum(-1).tolist()
+    assert len(set(lengths)) > 1  # responses of several lengths: several lambdas
+    for row in range(len(lengths)):
+        tokens = b["action_mask"][row].nonzero()[:, 0].tolist()
+        values = [b["values"][row, i].item() for i in tokens]
+        lam = max(0.0, 1 - 1 / (alpha * len(tokens)))  # VAPO's lambda of this response
+        advantage, expected = 0.0, {}
+        for k in reversed(range(len(tokens))):
+            reward = b["scores"][row].item() if k == len(tokens) - 1 else 0.0
+            next_value = values[k + 1] if k + 1 < len(tokens) else 0.0
+            advantage = reward + gamma * next_value - values[k] + gamma * lam * advantage
+            expected[tokens[k]] = (advantage, advantage + values[k])
+        for i, (adv, ret) in expected.items():
+            assert b["advantages"][row, i].item() == pytest.approx(adv, abs=1e-5)
+            assert b["returns"][row, i].item() == pytest.approx(ret, abs=1e-5)
+        assert b["values"][row].abs().sum() > 0
+    algo.stop()
