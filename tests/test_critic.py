@@ -239,3 +239,20 @@ def test_the_learner_batch_carries_length_adaptive_gae_by_hand(monkeypatch):
             assert b["returns"][row, i].item() == pytest.approx(ret, abs=1e-5)
         assert b["values"][row].abs().sum() > 0
     algo.stop()
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_micro_batches_change_neither_the_critics_update_nor_its_metrics():
+    results, critics = [], []
+    for micro in (None, 1):
+        algo = embedded_config("ppo", seed=6, micro_batch_size=micro, value_clip=0.1,
+                               value_pretrain_steps=1, **GAE).build_algo()
+        results.append([algo.train()["learners"]["default_policy"] for _ in range(2)])
+        critic = algo.learner_group._learner.module["default_policy"].critic
+        critics.append({k: v.clone() for k, v in critic.state_dict().items()})
+        algo.stop()
+    for whole, micro in zip(*results):
+        for key in ("value_loss", "value_clipfrac", "critic_grad_norm", "explained_variance"):
+            assert micro[key] == pytest.approx(whole[key], rel=1e-4, abs=1e-6), key
+    for name, value in critics[0].items():
+        torch.testing.assert_close(critics[1][name], value, atol=1e-5, rtol=1e-4)
