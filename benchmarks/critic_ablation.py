@@ -10,7 +10,8 @@ after: mean +- standard deviation over the seeds, and seconds per iteration meas
 Variants: vapo (rllib_llm.presets.embedded_preset_config("vapo"), whose length-adaptive alpha is
 sized for 6-token responses), vapo with the paper's alpha 0.05 (lambda 0 at these lengths),
 vapo without value pretraining, without decoupled GAE (the critic's returns use the actor's
-lambda), without length-adaptive lambda (lambda 0.95), and the ppo and grpo presets.
+lambda), without length-adaptive lambda (lambda 0.95), without group sampling (1 response for each
+of 512 prompts), and the ppo and grpo presets.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ VARIANTS = {
     "vapo - value pretraining": ("vapo", {"value_pretrain_steps": 0}),
     "vapo - decoupled GAE": ("vapo", {"critic_lambd": None}),
     "vapo - length-adaptive lambda": ("vapo", {"length_adaptive_alpha": None}),
+    # Group sampling: 1 response for each of 512 prompts instead of 16 for each of 32.
+    "vapo - group sampling": ("vapo", {"num_return_sequences_in_group": 1,
+                                       "rollout_batch_size": 512}),
     "ppo": ("ppo", {}),
     "grpo": ("grpo", {}),
 }
@@ -85,7 +89,13 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--out", help="append each run as a JSON line to this file")
+    parser.add_argument("--table-from", help="print the table of the runs in this JSON-lines file "
+                                             "(written by --out) and exit")
     args = parser.parse_args()
+    if args.table_from:
+        with open(args.table_from) as f:
+            print(table([json.loads(line) for line in f if line.strip()]))
+        return
     ray.init(include_dashboard=False, log_to_driver=False)
     runs = []
     for seed in args.seeds:  # seed-major: a cut-short run still compares every variant

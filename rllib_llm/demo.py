@@ -18,12 +18,16 @@ import os
 import time
 from pathlib import Path
 
-from rllib_llm.presets import DEMO_ITERATIONS, embedded_config
+from rllib_llm.presets import DEMO_ITERATIONS, embedded_config, embedded_preset_config
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pg-variant", default="topr")
+    parser.add_argument("--preset", default=None,
+                        help="an algorithm preset instead (ppo, vc_ppo, vapo, grpo, ...: "
+                             "RLVRConfig.preset), sized for the embedded task; sets its own "
+                             "pg_variant")
     parser.add_argument("--engine", default="torch", help="rollout engine: torch or vllm")
     parser.add_argument("--iterations", type=int, default=DEMO_ITERATIONS,
                         help="training iterations (the budget)")
@@ -53,14 +57,17 @@ def main(argv: list[str] | None = None) -> dict:
 
     from rllib_llm.run_log import RunLog
 
-    run_dir = Path(args.run_dir or f"runs/demo-{args.pg_variant}-{time.strftime('%Y%m%d-%H%M%S')}")
+    name = args.preset or args.pg_variant
+    run_dir = Path(args.run_dir or f"runs/demo-{name}-{time.strftime('%Y%m%d-%H%M%S')}")
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
              ignore_reinit_error=True)
-    config = embedded_config(args.pg_variant, seed=args.seed)
+    config = embedded_preset_config(args.preset, seed=args.seed) if args.preset else \
+        embedded_config(args.pg_variant, seed=args.seed)
     algo = config.env_runners(rollout_engine=args.engine).build_algo()
     log = RunLog(run_dir)
     cap = "" if args.minutes is None else f" (at most {args.minutes} min)"
-    print(f"rllib_llm demo: pg_variant={args.pg_variant}, engine={args.engine}, "
+    what = f"preset={args.preset}" if args.preset else f"pg_variant={args.pg_variant}"
+    print(f"rllib_llm demo: {what}, engine={args.engine}, "
           f"{args.iterations} iterations{cap}, run dir {run_dir}")
     before = algo.evaluate_accuracy(num_problems=args.eval_problems)
     print(f"held-out accuracy before: {before['pass@1']:.3f} ({before['num_problems']} problems)")
@@ -71,8 +78,9 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"held-out accuracy after:  {after['pass@1']:.3f} ({gain * 100:+.1f} points in "
           f"{iterations} iterations, {seconds:.0f} s, {per_iteration:.2f} s per iteration)")
     summary = {
-        "title": f"{args.pg_variant} on the embedded default",
-        "pg_variant": args.pg_variant,
+        "title": f"{name} on the embedded default",
+        "pg_variant": config.pg_variant,
+        "preset": args.preset,
         "iterations": iterations,
         "train_seconds": seconds,
         "seconds_per_iteration": per_iteration,

@@ -21,6 +21,8 @@ PROGRESS_KEYS = (
     ("learners/default_policy/kl_loss", "kl"),
     ("learners/default_policy/entropy", "ent"),
     ("learners/default_policy/clipfrac", "clip"),
+    ("learners/default_policy/value_loss", "vf"),  # adv_estimator='gae' only
+    ("learners/default_policy/explained_variance", "ev"),
     ("timers/sample", "t_sample"),
     ("timers/learn", "t_learn"),
     ("timers/weight_sync", "t_sync"),

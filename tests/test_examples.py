@@ -76,3 +76,13 @@ def test_demo_minutes_cap_stops_training_early(tmp_path):
     assert train(algo, RunLog(tmp_path / "a"), iterations=5, minutes=None)[0] == 5
     assert train(algo, RunLog(tmp_path / "b"), iterations=5, minutes=0)[0] == 0
     assert algo.calls == 5
+
+
+def test_demo_trains_a_preset_with_a_critic_and_shows_its_metrics(tmp_path, capsys):
+    from rllib_llm import demo
+
+    summary = demo.main(["--preset", "vc_ppo", "--iterations", "1", "--eval-problems", "10",
+                         "--run-dir", str(tmp_path)])
+    assert summary["preset"] == "vc_ppo" and summary["pg_variant"] == "ppo"
+    progress = capsys.readouterr().out
+    assert "preset=vc_ppo" in progress and " vf " in progress and " ev " in progress
