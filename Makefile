@@ -52,11 +52,15 @@ setup-smollm2: $(SMOLLM2_STAMP)
 demo: setup $(if $(filter vllm,$(ENGINE)),setup-vllm)
 	$(BIN)/python -m rllib_llm.demo --engine $(ENGINE) $(DEMO_ARGS)
 
-# The suite without vLLM (SmolLM2-135M included), slow tests too: every variant's learning test,
-# every file in examples/ with a short budget, and the wheel installed outside the repo
-# (~12 minutes of the suite on 2 cores). `make test-vllm` runs the tests marked vllm.
+# The suite without vLLM (SmolLM2-135M included), slow tests too: every variant's and preset's
+# learning test, every file in examples/ with a short budget, and the wheel installed outside the
+# repo. TEST_WORKERS pytest processes (pytest-xdist) share the tests out: a learning test is one
+# single-threaded process, so on 2 cores two run side by side (measured: the suite took 25.8
+# minutes in 2 processes, its tests add up to ~32 in one); worksteal evens out the long tests.
+# `make test-vllm` runs the tests marked vllm, one at a time (vLLM spawns engine processes).
+TEST_WORKERS ?= 2
 test: setup setup-smollm2
-	$(BIN)/python -m pytest -m "not vllm"
+	$(BIN)/python -m pytest -m "not vllm" -n $(TEST_WORKERS) --dist worksteal
 
 test-vllm: setup-vllm setup-smollm2
 	$(BIN)/python -m pytest -m vllm
