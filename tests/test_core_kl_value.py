@@ -90,6 +90,19 @@ def test_value_loss_clip_bites():
     assert loss.item() == pytest.approx(0.5 * 2.5**2)
 
 
+def test_value_clipfrac_counts_the_tokens_whose_loss_took_the_clipped_branch():
+    # value_clip 0.1 around V_old = 0. Token 0: V = 0.5 toward R = 1, clipped to 0.1, whose loss
+    # (0.81) beats the unclipped one (0.25): counted. Token 1: V = 0.5 away from R = -1, the
+    # unclipped loss is the larger: not counted. Token 2 stays inside the clip: not counted.
+    # Token 3 would count but is masked out.
+    values = torch.tensor([[0.5, 0.5, 0.05, 0.5]])
+    old = torch.zeros(1, 4)
+    returns = torch.tensor([[1.0, -1.0, 0.0, 1.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    assert core.value_clipfrac(values, old, returns, mask, value_clip=0.1).item() == \
+        pytest.approx(1 / 3)
+
+
 def test_explained_variance_by_hand():
     returns = torch.tensor([[1.0, 2.0, 3.0, 99.0]], dtype=F64)
     mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]], dtype=F64)
