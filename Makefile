@@ -55,8 +55,9 @@ demo: setup $(if $(filter vllm,$(ENGINE)),setup-vllm)
 # The suite without vLLM (SmolLM2-135M included), slow tests too: every variant's and preset's
 # learning test, every file in examples/ with a short budget, and the wheel installed outside the
 # repo. TEST_WORKERS pytest processes (pytest-xdist) share the tests out: a learning test is one
-# single-threaded process, so on 2 cores two run side by side (measured: the suite took 25.8
-# minutes in 2 processes, its tests add up to ~32 in one); worksteal evens out the long tests.
+# single-threaded process, so on 2 cores two run side by side. Measured on 2 cores: 15.1 minutes
+# with worksteal (which evens out the long tests), 25.8 with xdist's default scheduling; the
+# tests add up to ~32 minutes in one process.
 # `make test-vllm` runs the tests marked vllm, one at a time (vLLM spawns engine processes).
 TEST_WORKERS ?= 2
 test: setup setup-smollm2
