@@ -403,12 +403,17 @@ ALIASES: dict[str, str] = {
 }
 
 
-def check_field(name: str, value: Any, *, in_evaluation: bool = False) -> None:
-    """Raise ValueError naming the field, the value and the rule, if `value` breaks the rule
-    (the field's evaluation rule, if it has one, in an evaluation config)."""
+def rule_broken(name: str, value: Any, *, in_evaluation: bool = False) -> str | None:
+    """The rule of field `name` in words if `value` breaks it, else None (the field's evaluation
+    rule, if it has one, in an evaluation config)."""
     field = FIELDS_BY_NAME[name]
     rule = field.eval_rule if in_evaluation and field.eval_rule else field.rule
-    why = rule(value) if rule else None
+    return rule(value) if rule else None
+
+
+def check_field(name: str, value: Any, *, in_evaluation: bool = False) -> None:
+    """Raise ValueError naming the field, the value and the rule, if `value` breaks the rule."""
+    why = rule_broken(name, value, in_evaluation=in_evaluation)
     if why is not None:
         raise ValueError(f"RLVRConfig.{name}={value!r} is invalid: it {why}.")
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from rllib_llm.algorithm.fields import ALIASES, FIELDS_BY_NAME, boolean, positive
+from rllib_llm.algorithm.fields import ALIASES, FIELDS_BY_NAME, boolean, positive, rule_broken
 
 # The ROLL source this mapping was read from (its defaults, its loss and reward code).
 ROLL_COMMIT = "8eb27cc2dc34c4d1310b169d9b86d339004d811a"
@@ -236,8 +236,7 @@ def _map_field(key: str, value: Any) -> Mapped:
 
 def check_roll_value(key: str, ours: str, value: Any) -> None:
     """Raise ValueError naming ROLL's field and the value when our setting's rule rejects it."""
-    rule = RLLIB_RULES.get(ours) or FIELDS_BY_NAME[ours].rule
-    why = rule(value) if rule else None
+    why = RLLIB_RULES[ours](value) if ours in RLLIB_RULES else rule_broken(ours, value)
     if why is None:
         return
     where = "" if key == ours else f" (RLVRConfig.{ours})"

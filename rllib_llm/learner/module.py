@@ -20,7 +20,12 @@ from ray.rllib.core.rl_module.torch import TorchRLModule
 
 from rllib_llm.learner.tensor_state import TensorState
 from rllib_llm.models import DTYPES, load_model
-from rllib_llm.models.value_model import load_value_model, response_values, value_head
+from rllib_llm.models.value_model import (
+    last_hidden_state,
+    load_value_model,
+    response_values,
+    value_head,
+)
 
 REFERENCE = "reference_model"
 CRITIC = "critic"  # a separate value model (models/value_model.py)
@@ -139,7 +144,7 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
         if hasattr(self, VALUE_HEAD):
             # One trunk pass serves both heads: the logits as the causal LM computes them
             # (its LM head on the last hidden states) and the values.
-            hidden = self._trunk_hidden(self.model.base_model, batch)  # (B, L, H)
+            hidden = self._trunk_hidden(batch)  # (B, L, H)
             logits = self.model.get_output_embeddings()(hidden[:, -(t + 1) : -1])
             out["values"] = response_values(self.value_head, hidden, t)
         else:
@@ -160,15 +165,15 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
         t = batch["response_ids"].shape[1]
         if hasattr(self, VALUE_HEAD):
             return response_values(self.value_head,
-                                   self._trunk_hidden(self.model.base_model, batch), t)
+                                   self._trunk_hidden(batch), t)
         return self.critic(batch["input_ids"], batch["attention_mask"], t,
                            position_ids_for(batch["attention_mask"]))
 
-    @staticmethod
-    def _trunk_hidden(trunk: torch.nn.Module, batch: dict[str, Any]) -> torch.Tensor:
-        return trunk(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                     position_ids=position_ids_for(batch["attention_mask"]),
-                     use_cache=False).last_hidden_state
+    def _trunk_hidden(self, batch: dict[str, Any]) -> torch.Tensor:
+        """The policy trunk's last hidden states (B, L, H) of the packed rows."""
+        return last_hidden_state(self.model.base_model, batch["input_ids"],
+                                 batch["attention_mask"],
+                                 position_ids_for(batch["attention_mask"]))
 
     @torch.no_grad()
     def score_values(self, batch: dict[str, Any]) -> torch.Tensor:

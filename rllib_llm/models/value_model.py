@@ -34,6 +34,14 @@ def response_values(head: nn.Module, hidden: torch.Tensor, t: int) -> torch.Tens
     return head(hidden[:, -(t + 1) : -1]).squeeze(-1).float()
 
 
+def last_hidden_state(trunk: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                      position_ids: torch.Tensor) -> torch.Tensor:
+    """The trunk's (a Hugging Face base model's) last hidden states (B, L, H), after its final
+    norm: what an LM head or a value head reads."""
+    return trunk(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                 use_cache=False).last_hidden_state
+
+
 class ValueModel(nn.Module):
     """A trunk (a Hugging Face base model: embeddings + blocks + final norm) and a value head."""
 
@@ -45,8 +53,7 @@ class ValueModel(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, t: int,
                 position_ids: torch.Tensor) -> torch.Tensor:
         """Values (B, t) of the states before each of the last `t` tokens of `input_ids`."""
-        hidden = self.trunk(input_ids=input_ids, attention_mask=attention_mask,
-                            position_ids=position_ids, use_cache=False).last_hidden_state
+        hidden = last_hidden_state(self.trunk, input_ids, attention_mask, position_ids)
         return response_values(self.head, hidden, t)
 
 
