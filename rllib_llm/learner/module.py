@@ -164,8 +164,7 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
             )
         t = batch["response_ids"].shape[1]
         if hasattr(self, VALUE_HEAD):
-            return response_values(self.value_head,
-                                   self._trunk_hidden(batch), t)
+            return response_values(self.value_head, self._trunk_hidden(batch), t)
         return self.critic(batch["input_ids"], batch["attention_mask"], t,
                            position_ids_for(batch["attention_mask"]))
 
