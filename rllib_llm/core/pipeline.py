@@ -2,7 +2,13 @@
 function the learner connector calls once per mini-batch:
 
     scores [B] ─ 1 clip ─ 2 normalise ─ on the last mask token ─ 3 − β·KL per token
-        ─ 4 estimator (``adv_estimator``) ─ 5 whiten ─ 6 clip ─> advantages [B, T]
+        (+ turn rewards) ─ 4 estimator (``adv_estimator``) ─ 5 whiten ─ 6 clip ─> advantages [B, T]
+
+Multi-turn episodes may also pay rewards before their end (a per-turn reward on the agent's last
+token of a turn): ``turn_rewards`` [B, T]. They are dense rewards like −β·KL, not the score: steps
+1–2 leave them as they are, the token-level estimators (``reinforce``, ``gae``) see them where
+they were paid, and the group estimators add their discounted return after the group value, as
+they do for KL, so a token is credited only with the rewards that follow it.
 
 Estimators are registered by name (``register_adv_estimator``) and receive an
 ``EstimatorInputs`` bundle of tensors, so each one picks what it needs without a config object.
@@ -37,8 +43,10 @@ class EstimatorInputs:
 
     Attributes:
         scores: [B] scores after clipping and normalisation (steps 1–2).
-        token_rewards: [B, T] the score on each row's last mask token, minus β·KL per token.
+        token_rewards: [B, T] the score on each row's last mask token, minus β·KL per token,
+            plus the turn rewards.
         kl_rewards: [B, T] the −β·KL part of ``token_rewards`` alone (0 when KL is off).
+        turn_rewards: [B, T] the per-turn part of ``token_rewards`` alone (0 when none).
         mask: [B, T] bool.
         values: [B, T] critic values, or None without a critic.
         group_size: responses per prompt.
@@ -50,6 +58,7 @@ class EstimatorInputs:
     scores: Tensor
     token_rewards: Tensor
     kl_rewards: Tensor
+    turn_rewards: Tensor
     mask: Tensor
     values: Tensor | None
     group_size: int
@@ -132,15 +141,17 @@ def group_adv_estimator(name: str) -> AdvEstimatorFn:
 
     The group value is spread to every mask token of its response (as the spec says, γ does not
     discount it); KL in the reward, when on, adds the discounted return of the −β·KL token
-    rewards, so a token still pays for the divergence that follows it.
+    rewards, so a token still pays for the divergence that follows it, and turn rewards add theirs
+    the same way.
     """
 
     def estimator(inputs: EstimatorInputs) -> tuple[Tensor, Tensor]:
         group_value = group_advantages(inputs.scores, inputs.group_size, name)  # (B,)
         spread = group_value[:, None] * inputs.mask  # (B, T)
-        kl_returns = discounted_returns(inputs.kl_rewards, inputs.mask, gamma=inputs.gamma)
+        dense = inputs.kl_rewards + inputs.turn_rewards  # (B, T)
+        dense_returns = discounted_returns(dense, inputs.mask, gamma=inputs.gamma)
         returns = discounted_returns(inputs.token_rewards, inputs.mask, gamma=inputs.gamma)
-        return spread + kl_returns, returns
+        return spread + dense_returns, returns
 
     estimator.__qualname__ = f"group_adv_estimator({name!r})"
     return estimator
@@ -177,6 +188,7 @@ def compute_advantages(
     whiten_advantages: bool = True,
     advantage_clip: float | None = 2.0,
     values: Tensor | None = None,
+    turn_rewards: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Scores → per-token advantages, steps 1–6 of ALGORITHMS.md "Rewards and advantages".
 
@@ -197,25 +209,32 @@ def compute_advantages(
         whiten_advantages: step 5, batch whitening over mask tokens.
         advantage_clip: step 6, clamp advantages to ±advantage_clip (None: off).
         values: [B, T] critic values, required by ``gae``.
+        turn_rewards: [B, T] rewards paid before the end of a multi-turn episode, on the mask
+            token where each was paid (None: none); added after step 2, not normalised.
 
     Returns:
         advantages [B, T], returns [B, T] (critic targets for ``gae``; the Monte-Carlo return of
         the shaped rewards otherwise) and token_rewards [B, T] (normalised score on the last
-        mask token minus β·KL); all 0 outside the mask, in the compute dtype.
+        mask token minus β·KL plus turn rewards); all 0 outside the mask, in the compute dtype.
     """
     fn = ADV_ESTIMATOR_REGISTRY.get(adv_estimator)
-    _check_pipeline_args(scores, mask, token_kl, values, reward_clip, advantage_clip, kl_coef)
-    dtype = compute_dtype(scores, token_kl, values)
+    _check_pipeline_args(scores, mask, token_kl, values, reward_clip, advantage_clip, kl_coef,
+                         turn_rewards)
+    dtype = compute_dtype(scores, token_kl, values, turn_rewards)
     m = bool_mask(mask)  # (B, T)
     scores = process_scores(
         scores.to(dtype), group_size, reward_clip=reward_clip, norm_mean_type=norm_mean_type,
         norm_std_type=norm_std_type, running_stats=running_stats,
     )
     token_rewards, kl_rewards = token_level_rewards(scores, m, token_kl=token_kl, kl_coef=kl_coef)
+    turns = token_rewards.new_zeros(m.shape) if turn_rewards is None else \
+        zero_masked(turn_rewards.detach(), m, dtype)  # (B, T)
+    token_rewards = token_rewards + turns
     if length_adaptive_alpha is not None:
         lambd = length_adaptive_lambda(m.sum(dim=-1).to(dtype), length_adaptive_alpha)
     inputs = EstimatorInputs(
-        scores=scores, token_rewards=token_rewards, kl_rewards=kl_rewards, mask=m,
+        scores=scores, token_rewards=token_rewards, kl_rewards=kl_rewards, turn_rewards=turns,
+        mask=m,
         values=None if values is None else zero_masked(values.detach(), m, dtype),
         group_size=group_size, gamma=gamma, lambd=lambd, critic_lambd=critic_lambd,
     )
@@ -268,13 +287,15 @@ def token_level_rewards(
     return last_token_rewards(scores.to(dtype), m) + kl_rewards, kl_rewards
 
 
-def _check_pipeline_args(scores, mask, token_kl, values, reward_clip, advantage_clip, kl_coef):
+def _check_pipeline_args(scores, mask, token_kl, values, reward_clip, advantage_clip, kl_coef,
+                         turn_rewards):
     if scores.dim() != 1 or scores.shape[0] != mask.shape[0]:
         raise ValueError(
             f"compute_advantages: scores has shape {tuple(scores.shape)} but mask is "
             f"{tuple(mask.shape)}; pass one score per response, shape [B]."
         )
-    check_same_shape({"mask": mask, "token_kl": token_kl, "values": values}, "compute_advantages")
+    check_same_shape({"mask": mask, "token_kl": token_kl, "values": values,
+                      "turn_rewards": turn_rewards}, "compute_advantages")
     for field, value in (("reward_clip", reward_clip), ("advantage_clip", advantage_clip)):
         if value is not None and not value > 0:
             raise ValueError(f"{field}={value!r} must be > 0, or None to turn clipping off.")
