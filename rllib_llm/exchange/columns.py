@@ -10,3 +10,6 @@ WEIGHT_VERSION = "weight_version"  # extra model output, (T,) int64: the weights
 
 # Learner batch columns.
 CORRECT = "correct"  # (B,) float32, 1.0 where the response is correct (token_mdp.is_correct)
+# (B, T) float32: rewards a multi-turn env paid before an episode's last step, on the agent token
+# they came with; present only when some episode has them (core.compute_advantages' turn_rewards).
+TURN_REWARDS = "turn_rewards"

@@ -14,6 +14,7 @@ from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core import DEFAULT_MODULE_ID
 
 from rllib_llm import core
+from rllib_llm.exchange.columns import TURN_REWARDS
 from rllib_llm.learner.packing import pack_episodes
 
 # Metric names this connector logs (under the learner's results).
@@ -80,6 +81,7 @@ class PackAndComputeAdvantages(ConnectorV2):
             kl_coef=self.kl_controller.value if token_kl is not None else 0.0,
             whiten_advantages=cfg.whiten_advantages,
             advantage_clip=cfg.advantage_clip,
+            turn_rewards=data.pop(TURN_REWARDS, None),  # the loss does not read them
         )
         if token_kl is not None:
             self.kl_controller.update(mean_kl, len(episodes))

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from rllib_llm.envs.token_mdp import EMPTY_INFO, ENV_TOKENS, PROMPT_IDS, is_correct
-from rllib_llm.exchange.columns import ACTION_LOGP, CORRECT, GROUP_ID
+from rllib_llm.exchange.columns import ACTION_LOGP, CORRECT, GROUP_ID, TURN_REWARDS
 
 
 @dataclass
@@ -31,7 +31,9 @@ class EpisodeTokens:
         response_ids: (T_i,) int64, the agent's and the environment's tokens in order.
         action_mask: (T_i,) bool, True on agent tokens.
         behaviour_logp: (T_i,) float32, the sampler's log-prob on agent tokens, 0.0 elsewhere.
-        score: the episode's return.
+        score: the reward of the episode's last step (the verifier's).
+        turn_rewards: (T_i,) float32, rewards a multi-turn env paid before the last step, on the
+            agent token they came with (0.0 elsewhere), or None when there are none.
         correct: the verifier's verdict (`token_mdp.is_correct`).
         group_id: shared by the responses to one prompt.
     """
@@ -43,6 +45,7 @@ class EpisodeTokens:
     score: float
     correct: bool
     group_id: Any
+    turn_rewards: np.ndarray | None = None
 
 
 def episode_tokens(episode: Any) -> EpisodeTokens:
@@ -50,8 +53,14 @@ def episode_tokens(episode: Any) -> EpisodeTokens:
     infos = episode.get_infos()
     actions = np.asarray(episode.get_actions(), dtype=np.int64)  # (k,)
     logps = np.asarray(episode.get_extra_model_outputs(ACTION_LOGP), dtype=np.float32)  # (k,)
-    response, mask, behaviour = _interleave(actions, logps, _env_tokens(infos[1:]))
-    score = float(np.sum(episode.get_rewards()))
+    rewards = np.asarray(episode.get_rewards(), dtype=np.float32)  # (k,)
+    # Rewards before the last step come from a multi-turn env's earlier turns: dense rewards on
+    # the agent token they came with, like the actions (zeros where env tokens sit).
+    early = rewards[:-1].any() if len(rewards) else False
+    response, mask, behaviour, turn_rewards = _interleave(
+        actions, logps, _env_tokens(infos[1:]),
+        np.concatenate((rewards[:-1], [0.0])).astype(np.float32) if early else None)
+    score = float(rewards[-1]) if len(rewards) else 0.0
     return EpisodeTokens(
         prompt_ids=np.asarray(infos[0][PROMPT_IDS], dtype=np.int64),
         response_ids=response,
@@ -60,6 +69,7 @@ def episode_tokens(episode: Any) -> EpisodeTokens:
         score=score,
         correct=is_correct(infos[-1], score),
         group_id=infos[0].get(GROUP_ID),
+        turn_rewards=turn_rewards,
     )
 
 
@@ -76,12 +86,14 @@ def _env_tokens(step_infos: Sequence[Mapping[str, Any]]) -> dict[int, np.ndarray
             for t in steps if len(step_infos[t].get(ENV_TOKENS, ())) > 0}
 
 
-def _interleave(actions: np.ndarray, logps: np.ndarray, env_tokens: dict[int, np.ndarray]
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Response ids (T,), action mask (T,) and behaviour log-probs (T,): each action, then the
-    tokens the environment appended after it (mask 0, log-prob 0)."""
+def _interleave(actions: np.ndarray, logps: np.ndarray, env_tokens: dict[int, np.ndarray],
+                step_rewards: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """Response ids (T,), action mask (T,), behaviour log-probs (T,) and per-action rewards
+    (T,) or None: each action, then the tokens the environment appended after it (mask 0,
+    log-prob 0, reward 0)."""
     if not env_tokens:
-        return actions, np.ones(len(actions), dtype=bool), logps
+        return actions, np.ones(len(actions), dtype=bool), logps, step_rewards
     appended = np.zeros(len(actions), dtype=np.int64)  # (k,) env tokens after each action
     appended[list(env_tokens)] = [len(v) for v in env_tokens.values()]
     # Action t lands after t actions and every env token appended before it.
@@ -92,7 +104,11 @@ def _interleave(actions: np.ndarray, logps: np.ndarray, env_tokens: dict[int, np
     behaviour = np.zeros(total, dtype=np.float32)
     response[positions], mask[positions], behaviour[positions] = actions, True, logps
     response[~mask] = np.concatenate(list(env_tokens.values()))  # dict order is step order
-    return response, mask, behaviour
+    rewards = None
+    if step_rewards is not None:
+        rewards = np.zeros(total, dtype=np.float32)
+        rewards[positions] = step_rewards
+    return response, mask, behaviour, rewards
 
 
 def pack(items: Sequence[EpisodeTokens], pad_token_id: int) -> dict[str, torch.Tensor]:
@@ -100,7 +116,7 @@ def pack(items: Sequence[EpisodeTokens], pad_token_id: int) -> dict[str, torch.T
 
     Returns input_ids/attention_mask (B, P+T), response_ids/action_mask/old_logp (B, T),
     scores (B,) and `CORRECT` (B,), float32 for reals and flags, int64 for ids and the
-    attention mask.
+    attention mask; and `TURN_REWARDS` (B, T) when any episode has rewards before its end.
     """
     if not items:
         raise ValueError("pack() got no episodes: the env runners returned an empty batch.")
@@ -118,7 +134,7 @@ def pack(items: Sequence[EpisodeTokens], pad_token_id: int) -> dict[str, torch.T
         attention[i, p - lp : p + lr] = 1
         action_mask[i, :lr] = e.action_mask
         old_logp[i, :lr] = e.behaviour_logp
-    return {
+    batch = {
         "input_ids": torch.from_numpy(input_ids),
         "attention_mask": torch.from_numpy(attention),
         "response_ids": torch.from_numpy(input_ids[:, p:].copy()),
@@ -127,6 +143,13 @@ def pack(items: Sequence[EpisodeTokens], pad_token_id: int) -> dict[str, torch.T
         "scores": torch.tensor([e.score for e in items], dtype=torch.float32),
         CORRECT: torch.tensor([e.correct for e in items], dtype=torch.float32),
     }
+    if any(e.turn_rewards is not None for e in items):
+        turn_rewards = np.zeros((b, t), dtype=np.float32)
+        for i, e in enumerate(items):
+            if e.turn_rewards is not None:
+                turn_rewards[i, : len(e.turn_rewards)] = e.turn_rewards
+        batch[TURN_REWARDS] = torch.from_numpy(turn_rewards)
+    return batch
 
 
 def pack_episodes(episodes: Sequence[Any], group_size: int, pad_token_id: int
