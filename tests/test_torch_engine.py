@@ -156,6 +156,29 @@ def test_stops_at_eos_including_it_or_at_max_tokens():
     assert out[2][0].token_ids == [EOS] and out[2][0].finish_reason == "stop"
 
 
+def test_a_stop_sequence_ends_a_response_right_after_it_and_sampling_is_otherwise_unchanged(
+        model):
+    sampling = SamplingParams(temperature=1.0, max_tokens=24, seed=3)
+    free = make_engine(model).generate(PROMPTS, 4, sampling)
+    flat = [r.token_ids for group in free for r in group]
+    # A two-token sequence that some of the free responses contain (before any EOS).
+    seq = next((tuple(t[i:i + 2]) for t in flat for i in range(len(t) - 2)
+                if EOS not in t[:i + 2]), None)
+    stopped = make_engine(model).generate(
+        PROMPTS, 4, SamplingParams(temperature=1.0, max_tokens=24, seed=3, stop_sequences=(seq,)))
+    hits = 0
+    for f, s in zip([r for g in free for r in g], [r for g in stopped for r in g], strict=True):
+        end = next((i + 2 for i in range(len(f.token_ids) - 1)
+                    if tuple(f.token_ids[i:i + 2]) == seq), None)
+        if end is None:  # never reached: the very same response
+            assert s == f
+        else:
+            hits += 1
+            assert s.token_ids == f.token_ids[:end] and s.finish_reason == "stop"
+            assert s.logprobs == pytest.approx(f.logprobs[:end])
+    assert hits >= 1
+
+
 def test_several_eos_ids_each_stop():
     script = [2, 2, 2, 9, 5, 5, 5]
     engine = TorchRolloutEngine(ScriptedLM(script), eos_token_id=[EOS, 9], pad_token_id=PAD)
@@ -213,6 +236,7 @@ def test_generate_rejects_bad_arguments(model):
         ({"max_tokens": 0}, "max_tokens=0 must be an int >= 1"),
         ({"max_tokens": 2.0}, "max_tokens=2.0 must be an int >= 1"),
         ({"seed": -1}, "seed=-1 must be None or an int >= 0"),
+        ({"stop_sequences": ((),)}, "holds an empty sequence"),
     ],
 )
 def test_sampling_params_validation(kwargs, message):

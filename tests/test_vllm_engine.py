@@ -161,6 +161,27 @@ def test_stops_at_eos_keeping_it_else_runs_to_max_tokens(engine):
     assert {"stop", "length"} <= set(reasons)
 
 
+@pytest.mark.vllm
+@pytest.mark.parametrize("length", [1, 3])
+def test_a_stop_sequence_ends_a_response_right_after_it(engine, length):
+    """One-token sequences stop inside vLLM; longer ones are cut after it, exactly."""
+    prompts = [[5 + i, 6 + i] for i in range(8)]
+    free = [r for g in engine.generate(prompts, 2, SamplingParams(max_tokens=30, seed=4))
+            for r in g]
+    seq = next(tuple(r.token_ids[i:i + length]) for r in free
+               for i in range(len(r.token_ids) - length) if EOS not in r.token_ids[:i + length])
+    out = engine.generate(prompts, 2, SamplingParams(max_tokens=30, seed=4,
+                                                     stop_sequences=(seq,)))
+    stopped = [r for g in out for r in g]
+    assert any(r.token_ids[-length:] == list(seq) for r in stopped)
+    for r in stopped:
+        hits = [i + length for i in range(len(r.token_ids) - length + 1)
+                if tuple(r.token_ids[i:i + length]) == seq]
+        assert hits in ([], [len(r.token_ids)])  # the first occurrence ends it, kept
+        assert (r.finish_reason == "stop") == (bool(hits) or r.token_ids[-1] == EOS)
+        assert len(r.logprobs) == len(r.token_ids)
+
+
 _KEEP_ALIVE: list = []
 
 

@@ -5,8 +5,10 @@ The learner trusts three things about a `Response`, so every engine must honour 
   distribution BEFORE top-p filtering. The learner recomputes the same quantity from its own
   forward pass, so the importance ratio is 1 when the weights agree. (With greedy decoding,
   `temperature == 0`, the log-probs are those of the unscaled distribution, temperature 1.)
-- A response ends at EOS, and then EOS is its last token (`finish_reason="stop"`), or after
-  `max_tokens` tokens (`finish_reason="length"`). Lists carry no padding.
+- A response ends at EOS, and then EOS is its last token (`finish_reason="stop"`), or right after
+  one of `SamplingParams.stop_sequences` (its tokens last, also `"stop"`: a multi-turn env's turn
+  end, such as a closed tool call), or after `max_tokens` tokens (`finish_reason="length"`).
+  Lists carry no padding.
 - `weight_version` is the version passed to the last `load_weights` (0 before any), so episodes
   can record which policy produced them.
 """
@@ -33,12 +35,15 @@ class SamplingParams:
         max_tokens: most tokens per response, >= 1; reaching it gives `finish_reason="length"`.
         seed: seeds the engine's sampler for this call; the same seed and weights give the same
             samples. None draws from torch's global generator.
+        stop_sequences: token id sequences that also end a response, right after their last
+            token (kept); each non-empty. Default none.
     """
 
     temperature: float = 1.0
     top_p: float = 1.0
     max_tokens: int = 16
     seed: int | None = None
+    stop_sequences: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.temperature >= 0:  # `not >=` also rejects NaN
@@ -56,6 +61,11 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.max_tokens={self.max_tokens!r} must be an int >= 1")
         if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
             raise ValueError(f"SamplingParams.seed={self.seed!r} must be None or an int >= 0")
+        if any(len(seq) == 0 for seq in self.stop_sequences):
+            raise ValueError(
+                f"SamplingParams.stop_sequences={self.stop_sequences!r} holds an empty sequence; "
+                "each stop sequence needs at least one token id"
+            )
 
     @property
     def greedy(self) -> bool:
@@ -95,6 +105,20 @@ class RolloutEngine(Protocol):
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         """Copy a (possibly partial) state dict into the engine's model and record `version`."""
         ...
+
+
+def stop_end(token_ids: list[int], eos_token_ids, stop_sequences) -> int | None:
+    """Where a response ends: the index after its first EOS or first complete stop sequence,
+    whichever comes first; None when neither occurs."""
+    eos = set(eos_token_ids)
+    for i, token in enumerate(token_ids):
+        if token in eos:
+            return i + 1
+        for seq in stop_sequences:
+            n = len(seq)
+            if i + 1 >= n and tuple(token_ids[i + 1 - n : i + 1]) == tuple(seq):
+                return i + 1
+    return None
 
 
 def check_generate_args(prompt_ids: list[list[int]], n: int) -> None:

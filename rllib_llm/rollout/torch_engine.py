@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from rllib_llm.rollout.engine import Response, SamplingParams, check_generate_args
+from rllib_llm.rollout.engine import Response, SamplingParams, check_generate_args, stop_end
 
 
 class TorchRolloutEngine:
@@ -152,9 +152,13 @@ class TorchRolloutEngine:
         logps = torch.empty(B, T_max, dtype=torch.float32, device=self.device)
         done = torch.zeros(B, dtype=torch.bool, device=self.device)
         ones = torch.ones(B, 1, dtype=attention_mask.dtype, device=self.device)
+        stops = [torch.tensor(seq, device=self.device) for seq in sampling.stop_sequences]
         for t in range(T_max):
             tokens[:, t], logps[:, t] = sample_next_token(logits, sampling, generator)
             done |= torch.isin(tokens[:, t], self._eos)
+            for seq in stops:  # (L,): rows whose last L tokens are this sequence are done
+                if t + 1 >= len(seq):
+                    done |= (tokens[:, t + 1 - len(seq) : t + 1] == seq).all(dim=-1)
             if t + 1 == T_max or bool(done.all()):
                 break
             # Finished rows keep decoding (cheaper than shrinking the cache); their extra tokens
@@ -168,7 +172,8 @@ class TorchRolloutEngine:
                 use_cache=True,
             ).logits[:, -1]  # (B, V)
             next_pos = next_pos + 1
-        return _to_responses(tokens[:, : t + 1], logps[:, : t + 1], self.eos_token_ids)
+        return _to_responses(tokens[:, : t + 1], logps[:, : t + 1], self.eos_token_ids,
+                             sampling.stop_sequences)
 
 
 def _batches(num_prompts: int, n: int, step: int) -> list[list[tuple[int, int]]]:
@@ -239,13 +244,18 @@ def top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 def _to_responses(
-    tokens: torch.Tensor, logps: torch.Tensor, eos_token_ids: list[int]
+    tokens: torch.Tensor, logps: torch.Tensor, eos_token_ids: list[int],
+    stop_sequences: tuple[tuple[int, ...], ...] = (),
 ) -> list[Response]:
-    """Cut each row `(T,)` after its first EOS (kept) into a `Response`; no EOS → "length"."""
+    """Cut each row `(T,)` after its first EOS or stop sequence (kept) into a `Response`;
+    neither → "length"."""
     eos = set(eos_token_ids)
     out = []
     for row_tokens, row_logps in zip(tokens.tolist(), logps.tolist(), strict=True):
-        end = next((i + 1 for i, tok in enumerate(row_tokens) if tok in eos), None)
+        if stop_sequences:
+            end = stop_end(row_tokens, eos, stop_sequences)
+        else:
+            end = next((i + 1 for i, tok in enumerate(row_tokens) if tok in eos), None)
         if end is None:
             out.append(Response(row_tokens, row_logps, "length"))
         else:

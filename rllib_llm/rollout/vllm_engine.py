@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from rllib_llm.rollout.engine import Response, SamplingParams, check_generate_args
+from rllib_llm.rollout.engine import Response, SamplingParams, check_generate_args, stop_end
 
 INSTALL_HINT = (
     "install it with `pip install 'rllib_llm[vllm]'` on a CUDA machine or "
@@ -180,7 +180,8 @@ class VLLMRolloutEngine:
             self._sleep()
         groups = []
         for out in outputs:  # in prompt order
-            responses = [self._to_response(c) for c in sorted(out.outputs, key=lambda c: c.index)]
+            responses = [self._to_response(c, sampling.stop_sequences)
+                         for c in sorted(out.outputs, key=lambda c: c.index)]
             groups.append(responses if len(responses) == n else
                           [Response(list(r.token_ids), list(r.logprobs), r.finish_reason)
                            for r in responses * n])
@@ -251,21 +252,27 @@ class VLLMRolloutEngine:
             max_tokens=sampling.max_tokens,
             seed=seed,
             logprobs=0,  # the sampled token's log-prob only
-            stop_token_ids=self.eos_token_ids,
+            # vLLM stops on single tokens and on strings, not on token sequences: a one-token
+            # stop sequence joins the EOS ids; longer ones are cut in `_to_response` (vLLM then
+            # generates to max_tokens, the price of exact token-level stops).
+            stop_token_ids=self.eos_token_ids + [s[0] for s in sampling.stop_sequences
+                                                 if len(s) == 1],
             # vLLM would also stop at the eos ids of the model's generation_config.json; the
             # env's EOS alone ends an episode, so only stop_token_ids may stop a response.
             ignore_eos=True,
             detokenize=False,
         )
 
-    def _to_response(self, completion) -> Response:
+    def _to_response(self, completion, stop_sequences=()) -> Response:
         tokens = list(completion.token_ids)
         logprobs = [step[tok].logprob for tok, step in zip(tokens, completion.logprobs,
                                                             strict=True)]
-        # From the tokens, as the torch engine does: EOS last means "stop", anything else ran
-        # out of tokens (max_tokens, or the model's max_model_len).
-        finish = "stop" if tokens and tokens[-1] in self.eos_token_ids else "length"
-        return Response(tokens, logprobs, finish)
+        # From the tokens, as the torch engine does: EOS or a stop sequence last means "stop",
+        # anything else ran out of tokens (max_tokens, or the model's max_model_len).
+        end = stop_end(tokens, self.eos_token_ids, stop_sequences)
+        if end is None:
+            return Response(tokens, logprobs, "length")
+        return Response(tokens[:end], logprobs[:end], "stop")
 
     def _wake(self) -> None:
         if self._asleep:
