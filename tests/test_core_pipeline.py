@@ -83,6 +83,35 @@ def test_gae_through_the_pipeline():
     torch.testing.assert_close(returns, t([[adv0 + 0.5, adv1 + 0.2]]))
 
 
+def test_turn_rewards_are_dense_rewards_where_they_were_paid():
+    # One response of 3 agent tokens with a hole (an env token) after the first; a turn reward
+    # of 0.5 on the first token, the score 1.0 on the last.
+    scores, mask = t([1.0]), t([[1, 0, 1, 1]])
+    turns = t([[0.5, 0.0, 0.0, 0.0]])
+    values = t([[0.1, 9.0, 0.2, 0.3]])  # 9.0 sits in the hole: never read
+    gamma, lam = 0.9, 0.8
+    adv, returns, rewards = core.compute_advantages(
+        scores, mask, adv_estimator="gae", gamma=gamma, lambd=lam, values=values,
+        turn_rewards=turns, **RAW)
+    torch.testing.assert_close(rewards, t([[0.5, 0.0, 0.0, 1.0]]))
+    d3 = 1.0 - 0.3
+    d2 = gamma * 0.3 - 0.2
+    d0 = 0.5 + gamma * 0.2 - 0.1
+    a3, a2 = d3, d2 + gamma * lam * d3
+    a0 = d0 + gamma * lam * a2
+    torch.testing.assert_close(adv, t([[a0, 0.0, a2, a3]]))
+    torch.testing.assert_close(returns, t([[a0 + 0.1, 0.0, a2 + 0.2, a3 + 0.3]]))
+    # Normalisation acts on the score alone: the turn reward keeps its size.
+    _, _, rewards = core.compute_advantages(
+        t([1.0, 3.0]), t([[1, 1], [1, 1]]), adv_estimator="reinforce", turn_rewards=t(
+            [[0.5, 0.0], [0.0, 0.0]]), norm_mean_type="batch", norm_std_type="batch", **RAW)
+    torch.testing.assert_close(rewards, t([[0.5, -(2 ** -0.5)], [0.0, 2 ** -0.5]]),
+                               rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="turn_rewards"):
+        core.compute_advantages(scores, mask, adv_estimator="reinforce",
+                                turn_rewards=t([[0.5, 0.0]]))
+
+
 def test_decoupled_gae_critic_returns_use_critic_lambd():
     scores, mask, values = t([1.0]), t([[1, 1]]), t([[0.5, 0.2]])
     adv, returns, _ = core.compute_advantages(scores, mask, adv_estimator="gae", gamma=0.9,
