@@ -240,6 +240,14 @@ class MathVerifyEnv(gymnasium.Env):
             answers.append(self._problems.answers[self._check_prompt_index(index)])
         return self._verifier.score_batch(texts, answers)
 
+    def verify_text(self, prompt_index: int, text: str) -> Verification:
+        """Score `text` as the answer to problem `prompt_index`, counted in `verifier_metrics()`
+        (multi-turn envs built on this one verify their final turn with it)."""
+        verification = self._verifier.score(text, self._problems.answers[
+            self._check_prompt_index(prompt_index)])
+        self._counters.add(verification)
+        return verification
+
     # --- state and metrics ----------------------------------------------------------------------
     def state_token_ids(self) -> list[int]:
         """The current state: prompt ids, then the agent's tokens (this env appends none)."""

@@ -16,7 +16,9 @@ from collections.abc import Mapping
 from typing import Any
 
 MATH_VERIFY = "math_verify"
+MATH_TOOL = "math_tool"
 _ENTRY_POINT = "rllib_llm.envs.math_verify_env:MathVerifyEnv"
+_TOOL_ENTRY_POINT = "rllib_llm.envs.registration:make_math_tool_env"
 
 
 def make_math_verify_env(config: Mapping[str, Any] | None = None):
@@ -26,15 +28,26 @@ def make_math_verify_env(config: Mapping[str, Any] | None = None):
     return MathVerifyEnv(config)
 
 
+def make_math_tool_env(config: Mapping[str, Any] | None = None, **overrides: Any):
+    """The creator of "math_tool" (`tool_env.make_math_tool_env`), imported on first use."""
+    from rllib_llm.envs.tool_env import make_math_tool_env as make
+
+    return make({**(config or {}), **overrides})
+
+
 def register_envs() -> None:
-    """Register "math_verify" with Ray Tune's env registry and with Gymnasium's (idempotent)."""
+    """Register "math_verify" and "math_tool" with Ray Tune's env registry and with Gymnasium's
+    (idempotent)."""
     import gymnasium
 
     if MATH_VERIFY not in gymnasium.registry:
         gymnasium.register(id=MATH_VERIFY, entry_point=_ENTRY_POINT)
+    if MATH_TOOL not in gymnasium.registry:
+        gymnasium.register(id=MATH_TOOL, entry_point=_TOOL_ENTRY_POINT)
     # Imported here, not at module level: Ray Tune takes seconds to import, and `rllib_llm.envs`
     # must stay light. Registering again replaces the same creator, and also covers a Ray session
     # started after the first call (the registry forwards entries to it).
     from ray.tune.registry import register_env
 
     register_env(MATH_VERIFY, make_math_verify_env)
+    register_env(MATH_TOOL, make_math_tool_env)
