@@ -6,12 +6,17 @@ call with a KV cache), and replays every response through the environment with `
 the environment stays the authority on rewards and termination while the per-token Python work
 stays small. Each response becomes one `SingleAgentEpisode` carrying the sampler's log-probs and
 the weight version that produced it.
+
+Multi-turn envs (`env.multi_turn`, e.g. "math_tool") go turn by turn instead
+(`rollout.multi_turn`): generate until each env needs input, step all envs at once from a
+thread pool (tool calls run concurrently), continue, with one env per running episode.
 """
 
 from __future__ import annotations
 
 import itertools
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -27,7 +32,17 @@ from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_
 from rllib_llm.envs.token_mdp import is_correct
 from rllib_llm.exchange.threads import set_torch_threads
 from rllib_llm.rollout.engine import SamplingParams
-from rllib_llm.rollout.evaluation import EvalShard, score_held_out, shard_indices
+from rllib_llm.rollout.evaluation import (
+    EvalShard,
+    score_held_out,
+    score_held_out_multi_turn,
+    shard_indices,
+)
+from rllib_llm.rollout.multi_turn import (
+    MAX_TOOL_THREADS,
+    run_multi_turn,
+    to_single_agent_episode,
+)
 from rllib_llm.rollout.replay import replay_response
 
 # Metric names (under env_runners/ in the results).
@@ -46,6 +61,14 @@ SAMPLER_STATE = "rlvr_sampler"
 # store, or receiving a broadcast). RLlib's object-store sync does not wait for it, so the
 # driver's weight_sync timer leaves it out; it then delays the next sample instead.
 WEIGHT_LOAD_S = "time_weight_load_s"
+# Multi-turn envs only: means over the batch's episodes (see `_log_turn_metrics`).
+TURNS_MEAN = "turns_mean"
+TOOL_CALLS_MEAN = "tool_calls_mean"
+TOOL_ERROR_FRACTION = "tool_error_fraction"  # failed tool calls / tool calls
+TOOL_TIMEOUT_FRACTION = "tool_timeout_fraction"  # timed-out tool calls / tool calls
+ENV_TOKEN_FRACTION = "env_token_fraction"  # env tokens / all tokens after the prompts
+CONTEXT_TRUNCATED_FRACTION = "context_truncated_fraction"  # episodes the budget ended
+TURN_LIMIT_FRACTION = "turn_limit_fraction"  # episodes max_turns ended
 
 
 class RLVREnvRunner(EnvRunner, Checkpointable):
@@ -67,6 +90,9 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         self._eval_env_config: dict[str, Any] | None = None  # what _eval_env was built from
         self.make_module()
         self._engine = None  # built on first use: a driver-side runner may only ever evaluate
+        self._episode_envs: dict[int, list[Any]] = {}  # multi-turn: id(env) -> one env per
+        # running episode, spawned from env (the training env's, the held-out env's)
+        self._executor: ThreadPoolExecutor | None = None  # multi-turn: steps envs at once
 
     @property
     def engine(self):
@@ -184,6 +210,8 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         n = self.config.num_return_sequences_in_group
         num_prompts = num_prompts or self.num_prompts_per_sample()
         prompts = [self.env.reset() for _ in range(num_prompts)]  # (obs, info) per prompt
+        if getattr(self.env, "multi_turn", False):
+            return self._sample_multi_turn([info["prompt_index"] for _, info in prompts], n)
         t0 = time.perf_counter()
         responses = self.engine.generate([info["prompt_ids"] for _, info in prompts], n,
                                          self._sampling())
@@ -193,6 +221,55 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         t2 = time.perf_counter()
         self._log_sample_metrics(episodes, t1 - t0, t2 - t1)
         return episodes
+
+    def _sample_multi_turn(self, prompt_indices: list[int], n: int) -> list[SingleAgentEpisode]:
+        """Episodes of a multi-turn env, turn by turn (`rollout.multi_turn`); generation and
+        env steps (tools, verification) interleave, so their time is reported together."""
+        t0 = time.perf_counter()
+        finished = run_multi_turn(self.envs_for(self.env, len(prompt_indices) * n),
+                                  self.engine, prompt_indices, n, self._sampling(),
+                                  self.executor)
+        version = self.engine.weight_version
+        episodes = []
+        for g in range(len(prompt_indices)):
+            group_id = f"{self.worker_index or 0}-{next(self._counter)}"
+            episodes += [to_single_agent_episode(e, group_id=group_id, weight_version=version)
+                         for e in finished[g * n:(g + 1) * n]]
+        self._log_sample_metrics(episodes, time.perf_counter() - t0, 0.0)
+        self._log_turn_metrics(episodes)
+        return episodes
+
+    def envs_for(self, env, count: int) -> list[Any]:
+        """`count` envs for concurrent episodes, spawned from `env` once and then reused."""
+        pool = self._episode_envs.setdefault(id(env), [])
+        while len(pool) < count:
+            pool.append(env.spawn())
+        return pool[:count]
+
+    @property
+    def executor(self) -> ThreadPoolExecutor:
+        """The threads that step multi-turn envs (and so run their tool calls) at once."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(MAX_TOOL_THREADS, thread_name_prefix="env-step")
+        return self._executor
+
+    def _log_turn_metrics(self, episodes: list[SingleAgentEpisode]) -> None:
+        finals = [e.get_infos(-1) for e in episodes]
+        calls = sum(f.get("tool_calls", 0) for f in finals)
+        env_tokens = sum(f.get("num_env_tokens", 0) for f in finals)
+        m = self.metrics
+        m.log_value(TURNS_MEAN, float(np.mean([f.get("turns", 1) for f in finals])), window=1)
+        m.log_value(TOOL_CALLS_MEAN, calls / len(finals), window=1)
+        m.log_value(TOOL_ERROR_FRACTION,
+                    sum(f.get("tool_errors", 0) for f in finals) / max(calls, 1), window=1)
+        m.log_value(TOOL_TIMEOUT_FRACTION,
+                    sum(f.get("tool_timeouts", 0) for f in finals) / max(calls, 1), window=1)
+        m.log_value(ENV_TOKEN_FRACTION,
+                    env_tokens / max(env_tokens + sum(len(e) for e in episodes), 1), window=1)
+        m.log_value(CONTEXT_TRUNCATED_FRACTION,
+                    float(np.mean([bool(f.get("context_truncated")) for f in finals])), window=1)
+        m.log_value(TURN_LIMIT_FRACTION,
+                    float(np.mean([bool(f.get("turn_limit")) for f in finals])), window=1)
 
     def _episodes(self, env, prompt_indices: list[int], responses) -> list[SingleAgentEpisode]:
         """One finished episode per response; a group's responses share a group id.
@@ -255,14 +332,21 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         num_problems = min(config.eval_num_problems, env.num_problems)
         sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p,
                                   max_tokens=config.response_length, seed=seed)
-        return score_held_out(env, self.engine, shard_indices(num_problems, shard, num_shards),
-                              config.eval_num_samples, sampling, num_problems)
+        indices = shard_indices(num_problems, shard, num_shards)
+        if getattr(env, "multi_turn", False):
+            return score_held_out_multi_turn(
+                self.envs_for(env, len(indices) * config.eval_num_samples), self.engine,
+                indices, config.eval_num_samples, sampling, num_problems, self.executor)
+        return score_held_out(env, self.engine, indices, config.eval_num_samples, sampling,
+                              num_problems)
 
     def _held_out_env(self, config):
         """The env of the held-out problems under `config`, kept while that stays the same."""
         env_config = {**self._env_config(config), **config.held_out_env_overrides()}
         if self._eval_env is None or self._eval_env_config != env_config:
             if self._eval_env is not None:
+                for spawned in self._episode_envs.pop(id(self._eval_env), ()):
+                    spawned.close()
                 self._eval_env.close()
             self._eval_env = self._make_env(env_config)
             self._eval_env_config = env_config
@@ -352,9 +436,12 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         assert self.env is not None and self.module is not None, "RLVREnvRunner not set up"
 
     def stop(self) -> None:
-        for env in (self.env, self._eval_env):
+        spawned = [e for pool in self._episode_envs.values() for e in pool]
+        for env in (self.env, self._eval_env, *spawned):
             if env is not None:
                 env.close()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
 
     def __del__(self) -> None:
         try:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rllib_llm.envs.token_mdp import PROMPT_IDS
+from rllib_llm.envs.token_mdp import PROMPT_IDS, is_correct
 from rllib_llm.rollout.engine import SamplingParams
+from rllib_llm.rollout.multi_turn import run_multi_turn
 
 
 @dataclass(frozen=True)
@@ -53,3 +54,16 @@ def score_held_out(env, engine, indices: list[int], samples_per_problem: int,
     verdicts = env.verify_responses([i for i in indices for _ in range(k)], tokens)
     correct = [sum(v.correct for v in verdicts[j * k:(j + 1) * k]) for j in range(len(indices))]
     return EvalShard(list(indices), correct, k, sum(map(len, tokens)), num_problems)
+
+
+def score_held_out_multi_turn(envs, engine, indices: list[int], samples_per_problem: int,
+                              sampling: SamplingParams, num_problems: int,
+                              executor) -> EvalShard:
+    """`score_held_out` for a multi-turn env: run each episode to its end with `envs` (one per
+    episode, spawned from the held-out env) and count the final infos' verdicts."""
+    k = samples_per_problem
+    episodes = run_multi_turn(envs, engine, indices, k, sampling, executor)
+    correct = [sum(is_correct(e.chunks[-1].infos[-1], float(e.chunks[-1].rewards[-1]))
+                   for e in episodes[j * k:(j + 1) * k]) for j in range(len(indices))]
+    tokens = sum(len(c.actions) for e in episodes for c in e.chunks)
+    return EvalShard(list(indices), correct, k, tokens, num_problems)
