@@ -40,6 +40,7 @@ shared and each episode keeps its own state.
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
@@ -53,6 +54,10 @@ TURNS = "turns"  # agent turns taken
 NUM_ENV_TOKENS = "num_env_tokens"  # tokens the environment appended in all
 CONTEXT_TRUNCATED = "context_truncated"  # True when the token budget ended the episode
 TURN_LIMIT = "turn_limit"  # True when max_turns ended an episode the text env would continue
+# The env runner steps many episodes' envs from threads, and they share one tokenizer: a fast
+# tokenizer used from two threads at once can fail ("Already borrowed"), so calls take turns
+# (microseconds each for a turn's text).
+_TOKENIZER_LOCK = threading.Lock()
 
 
 class TextEnv(Protocol):
@@ -221,7 +226,8 @@ class TextTurnEnv(gymnasium.Env):
     def _end_turn(self) -> tuple[list[int], float, bool, bool, dict[str, Any]]:
         """Hand the finished turn to the text env; returns (env tokens, reward, terminated,
         truncated, info) of the turn's last step."""
-        turn_text = self.tokenizer.decode(self._turn, skip_special_tokens=True)
+        with _TOKENIZER_LOCK:
+            turn_text = self.tokenizer.decode(self._turn, skip_special_tokens=True)
         budget_hit = self.tokens_left <= 0 and self._turn[-1] != self.eos_token_id and not any(
             tuple(self._turn[-len(s):]) == s for s in self.stop_sequences)
         self._turn = []
@@ -265,9 +271,10 @@ class TextTurnEnv(gymnasium.Env):
         return list(self.tokenizer(rendered, add_special_tokens=False)["input_ids"])
 
     def _observation_ids(self, text: str) -> list[int]:
-        if not self.chat:
-            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        return chat_observation_ids(self.tokenizer, text, self.observation_role)
+        with _TOKENIZER_LOCK:
+            if not self.chat:
+                return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            return chat_observation_ids(self.tokenizer, text, self.observation_role)
 
     def _check_tokens(self, actions: Sequence[int] | np.ndarray) -> np.ndarray:
         tokens = np.asarray(actions)

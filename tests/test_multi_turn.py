@@ -210,6 +210,55 @@ def test_a_scripted_tool_user_gets_full_reward_through_the_rollout():
         assert episode.get_extra_model_outputs("weight_version").tolist() == [3] * len(episode)
 
 
+def test_tool_failures_are_observations_counted_not_crashes():
+    def flaky(code: str) -> str:
+        if code == "boom":
+            raise RuntimeError("exploded")
+        return "x" * 100
+
+    env = tool_env({"response_length": 120, "tool_output_chars": 10, "max_turns": 3},
+                   tools={"python": flaky}, reward=lambda text, answer: 0.5)
+    env.reset()
+    first = env.step_chunk(ids("<python>boom</python>"))
+    # The error's text, cut to tool_output_chars=10 with "..." at the end.
+    assert TOK.decode(first.infos[-1][ENV_TOKENS]) == "<output>Runtime...</output>"
+    second = env.step_chunk(ids("<python>ok</python>"))
+    assert TOK.decode(second.infos[-1][ENV_TOKENS]) == "<output>xxxxxxx...</output>"
+    last = env.step_chunk([*ids("5"), EOS])
+    final = last.infos[-1]
+    assert (final["tool_calls"], final["tool_errors"], final["tool_timeouts"]) == (2, 1, 0)
+    assert last.rewards[-1] == 0.5 and final["response"] == "5"
+
+
+def test_tool_env_settings_are_checked():
+    with pytest.raises(ValueError, match="unknown tool env config keys \\['max_turn'\\]"):
+        tool_env({"max_turn": 3}, tools={"python": multiply})
+    with pytest.raises(ValueError, match="max_turns"):
+        tool_env({"max_turns": 0}, tools={"python": multiply})
+    with pytest.raises(ValueError, match="tool name 'output'"):
+        tool_env({}, tools={"output": multiply})
+    with pytest.raises(ValueError, match="at least one tool"):
+        tool_env({}, tools={})
+
+
+def test_tool_calls_of_different_episodes_run_at_the_same_time():
+    import threading
+
+    barrier = threading.Barrier(8, timeout=20)  # passes only when 8 calls are in at once
+
+    def meeting_tool(code: str) -> str:
+        barrier.wait()  # one call at a time would break the barrier on its timeout
+        return multiply(code)
+
+    base = tool_env({"response_length": 64}, tools={"python": meeting_tool},
+                    reward=lambda text, answer: 1.0)
+    with ThreadPoolExecutor(8) as pool:
+        done = run_multi_turn([base.spawn() for _ in range(8)], ScriptedToolUser(),
+                              [0, 1, 2, 3], 2, SamplingParams(max_tokens=64), pool)
+    assert all(e.chunks[-1].infos[-1]["tool_calls"] == 1 for e in done)
+    assert all(e.chunks[-1].infos[-1]["tool_errors"] == 0 for e in done)
+
+
 def test_the_env_runner_reports_turn_metrics_for_a_multi_turn_env(monkeypatch, ray_session):
     from ray.tune.registry import register_env
 
