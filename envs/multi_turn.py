@@ -23,8 +23,8 @@ engine stops where a tool call closes), or where the token budget runs out. Epis
 Rewards the text env gives before the end are per-turn rewards: they sit on the turn's last agent
 token (the learner treats them as dense rewards, `core.compute_advantages(turn_rewards=...)`).
 
-The final info carries the text env's last info plus `turns`, `num_env_tokens`, `context_truncated` and
-`turn_limit` (the runner's metrics read them).
+The final info carries the text env's last info plus `turns`, `num_env_tokens`,
+`context_truncated` and `turn_limit` (the runner's metrics read them).
 
 Chat models (a tokenizer with a chat template): the prompt is rendered with the template, and
 an observation becomes a message of role `observation_role` ("tool" by default) closed and
@@ -46,7 +46,6 @@ from typing import Any, ClassVar, Protocol
 
 import gymnasium
 import numpy as np
-
 from rllib_llm.envs.token_mdp import EMPTY_INFO, ENV_TOKENS, PROMPT_IDS, ChunkResult
 
 # Final step info keys this adapter adds (per episode).

@@ -10,8 +10,6 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import torch
-
-from rllib_llm import core
 from rllib_llm.envs.multi_turn import (
     CONTEXT_TRUNCATED,
     NUM_ENV_TOKENS,
@@ -22,6 +20,8 @@ from rllib_llm.envs.multi_turn import (
 )
 from rllib_llm.envs.token_mdp import ENV_TOKENS, PROMPT_IDS, rebuild_state
 from rllib_llm.envs.tool_env import ToolOutput, tool_env
+
+from rllib_llm import core
 from rllib_llm.models import load_tokenizer
 from rllib_llm.rollout.engine import Response, SamplingParams
 from rllib_llm.rollout.multi_turn import run_multi_turn, to_single_agent_episode
@@ -290,7 +290,6 @@ def test_the_env_runner_reports_turn_metrics_for_a_multi_turn_env(monkeypatch, r
 def test_env_tokens_do_not_reach_the_loss_or_its_gradients(ray_session):
     from rllib_llm.learner.connector import PackAndComputeAdvantages
     from rllib_llm.presets import embedded_config
-    from rllib_llm.rollout.torch_engine import TorchRolloutEngine
 
     cfg = embedded_config("ppo", adv_estimator="grpo", rollout_batch_size=2,
                           num_return_sequences_in_group=2, response_length=64,
