@@ -297,8 +297,8 @@ def test_env_tokens_do_not_reach_the_loss_or_its_gradients(ray_session):
     algo = cfg.build_algo()
     learner = algo.learner_group._learner
     module = learner.module["default_policy"]
-    # Real sampled turns would rarely call the tool: the scripted user's turns, with the
-    # model's own log-probs recomputed by the connector (old_logp from the learner).
+    # The embedded model rarely calls a tool: the scripted user's episodes instead (their
+    # behaviour log-probs, -0.5 each, are old_logp: ratios differ from 1, so every term counts).
     envs = [mul_env().spawn() for _ in range(4)]
     with ThreadPoolExecutor(4) as pool:
         done = run_multi_turn(envs, ScriptedToolUser(), [0, 1], 2,
