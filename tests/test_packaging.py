@@ -1,4 +1,4 @@
-"""`pip install .` (not editable) works: the wheel holds every package and the embedded model, and
+"""`pip install .` (not editable) works: the wheel holds every package and the embedded models, and
 an installation outside the repo trains.
 
 The wheel is built from a copy of the source without network access (`--no-index`,
@@ -101,9 +101,10 @@ def test_wheel_installs_outside_the_repo_and_trains(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for package in source_packages():
         assert f"{package}/__init__.py" in names, package
-    embedded = {p.name for p in (REPO / "rllib_llm/models/embedded").iterdir()}
-    assert {n.rsplit("/", 1)[1] for n in names
-            if n.startswith("rllib_llm/models/embedded/")} == embedded
+    for checkpoint in ("embedded", "embedded_tool"):
+        shipped = {p.name for p in (REPO / "rllib_llm/models" / checkpoint).iterdir()}
+        assert {n.rsplit("/", 1)[1] for n in names
+                if n.startswith(f"rllib_llm/models/{checkpoint}/")} == shipped, checkpoint
     assert not any(n.startswith(("envs/", "tests/", "examples/")) for n in names)
 
     venv = tmp_path / "venv"
