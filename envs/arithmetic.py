@@ -4,6 +4,10 @@ Every problem is `{"prompt": "12+7=", "answer": "19"}`: the prompt is short beca
 model reads characters, and the answer is what the verifier compares against. The whole problem
 space is enumerated and shuffled once with the seed, so the train and test splits are disjoint and
 identical on every machine.
+
+Multiplication (`ops="*"`) is the tool task: two-digit products are beyond the tiny model's
+arithmetic, so it gets them right by calling the `python` tool of "math_tool" (the
+`embedded_tool` checkpoint is taught that, `rllib_llm.models.tool_transcripts`).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import random
 from functools import lru_cache
 
 SPLITS = ("train", "test")
+OPS = "+-*"
 
 
 @lru_cache(maxsize=8)
@@ -25,6 +30,8 @@ def _all_problems(seed: int, max_operand: int, ops: str) -> tuple[tuple[str, str
             # tiny model that has none to spare.
             if "-" in ops and a >= b:
                 problems.append((f"{a}-{b}=", str(a - b)))
+            if "*" in ops:
+                problems.append((f"{a}*{b}=", str(a * b)))
     random.Random(seed).shuffle(problems)
     return tuple(problems)
 
@@ -43,13 +50,13 @@ def arithmetic_problems(
         split: "train" or "test"; the test split is the first `test_size` shuffled problems.
         seed: shuffles the problem space; the same seed gives the same splits everywhere.
         max_operand: operands range over 0..max_operand.
-        ops: which of "+" and "-" to use (subtraction keeps a >= b).
+        ops: which of "+", "-" and "*" to use (subtraction keeps a >= b).
         test_size: number of held-out problems.
     """
     if split not in SPLITS:
         raise ValueError(f"split={split!r} is not one of {SPLITS}")
-    if not ops or set(ops) - set("+-"):
-        raise ValueError(f"ops={ops!r} must be a non-empty combination of '+' and '-'")
+    if not ops or set(ops) - set(OPS):
+        raise ValueError(f"ops={ops!r} must be a non-empty combination of {list(OPS)}")
     if max_operand < 1:
         raise ValueError(f"max_operand={max_operand} must be >= 1")
     problems = _all_problems(seed, max_operand, ops)

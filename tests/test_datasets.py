@@ -31,6 +31,19 @@ def test_arithmetic_is_the_builtin_generator():
     assert load_problems()[0].keys() == {"prompt", "answer"}
 
 
+def test_arithmetic_multiplication_is_the_tool_task():
+    train, test = arithmetic_problems("train", ops="*"), arithmetic_problems("test", ops="*")
+    assert len(train) + len(test) == 100 * 100 and len(test) == 500
+    assert not {p["prompt"] for p in train} & {p["prompt"] for p in test}
+    for p in train[:50] + test:
+        a, b = map(int, p["prompt"].rstrip("=").split("*"))
+        assert p["answer"] == str(a * b)
+    # The default task does not move when a new operation is added: its first test problems.
+    assert [p["prompt"] for p in arithmetic_problems("test")[:3]] == ["36-25=", "14+83=", "79-0="]
+    with pytest.raises(ValueError, match=r"ops='\+/' must be a non-empty combination of"):
+        arithmetic_problems(ops="+/")
+
+
 def test_jsonl_with_custom_keys_and_gsm8k_answers(tmp_path):
     path = write_jsonl(tmp_path / "gsm.jsonl", GSM8K_LIKE)
     assert load_problems(path, prompt_key="question") == EXPECTED
