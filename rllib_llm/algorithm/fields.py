@@ -117,7 +117,8 @@ FIELDS: tuple[Field, ...] = (
     # --- model and sampling -------------------------------------------------------------------
     Field("model_name_or_path", "embedded",
           "Causal LM to train: 'embedded' (the tiny char-level Llama shipped with rllib_llm, no "
-          "download), a local Hugging Face checkpoint directory, or a hub id.", text, "model"),
+          "download), 'embedded_tool' (the same, taught to call math_tool's python tool), a "
+          "local Hugging Face checkpoint directory, or a hub id.", text, "model"),
     Field("model_dtype", "float32",
           "Parameter dtype of learner and sampler: 'float32', 'bfloat16' or 'float16'.",
           one_of(("float32", "bfloat16", "float16")), "model"),

@@ -1,9 +1,11 @@
 """Loading causal LMs and tokenizers, and turning prompts into token ids.
 
 `"embedded"` names the tiny char-level Llama the project trains itself (`models/pretrain.py`) and
-ships in `models/embedded/`; any other name goes to Hugging Face's `Auto*.from_pretrained` (a local
-directory, or a hub id on a machine that can reach the hub). Both go through the same code path, so
-the embedded default exercises exactly what a user's model does.
+ships in `models/embedded/`; `"embedded_tool"` the same model taught tool-use transcripts, the
+start of "math_tool" runs (`models/embedded_tool/`). Any other name goes to Hugging Face's
+`Auto*.from_pretrained` (a local directory, or a hub id on a machine that can reach the hub). All
+go through the same code path, so the embedded checkpoints exercise exactly what a user's model
+does.
 
 A name that is a local path is checked here first (`resolve_checkpoint`): a path that does not
 exist, or a directory without the files a checkpoint needs, fails at once with what is wrong,
@@ -24,6 +26,10 @@ if TYPE_CHECKING:
 
 EMBEDDED = "embedded"
 EMBEDDED_DIR = Path(__file__).parent / "embedded"
+EMBEDDED_TOOL = "embedded_tool"
+# Name -> shipped checkpoint directory, each built by `models/pretrain.py` (see its README).
+EMBEDDED_CHECKPOINTS = {EMBEDDED: EMBEDDED_DIR,
+                        EMBEDDED_TOOL: Path(__file__).parent / "embedded_tool"}
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -48,7 +54,9 @@ TOKENIZER_FILES = (
 __all__ = [
     "DTYPES",
     "EMBEDDED",
+    "EMBEDDED_CHECKPOINTS",
     "EMBEDDED_DIR",
+    "EMBEDDED_TOOL",
     "encode_prompt",
     "load_model",
     "load_model_and_tokenizer",
@@ -59,15 +67,17 @@ __all__ = [
 
 
 def resolve_path(name_or_path: str) -> str:
-    """Map `"embedded"` to the shipped checkpoint directory; return any other name unchanged."""
-    return str(EMBEDDED_DIR) if name_or_path == EMBEDDED else name_or_path
+    """Map an `EMBEDDED_CHECKPOINTS` name to its shipped directory; return any other name
+    unchanged."""
+    shipped = EMBEDDED_CHECKPOINTS.get(name_or_path)
+    return str(shipped) if shipped is not None else name_or_path
 
 
 def resolve_checkpoint(name_or_path: str, *, kind: str) -> str:
     """What to pass to `from_pretrained` for `name_or_path`, checked for a `kind` checkpoint.
 
     Args:
-        name_or_path: "embedded", a local directory, or a hub id ("org/name").
+        name_or_path: "embedded", "embedded_tool", a local directory, or a hub id ("org/name").
         kind: "model" (needs `MODEL_CONFIG` and one of `MODEL_WEIGHTS`) or "tokenizer" (needs one
             of `TOKENIZER_FILES`).
 
@@ -167,15 +177,16 @@ def load_model(name_or_path: str = EMBEDDED, *, dtype: str = "float32") -> PreTr
     """Load a causal LM in eval mode.
 
     Args:
-        name_or_path: `"embedded"`, a local checkpoint directory, or a hub id.
+        name_or_path: `"embedded"`, `"embedded_tool"`, a local checkpoint directory, or a hub id.
         dtype: one of `DTYPES` ("float32", "bfloat16", "float16"); the weights are cast to it.
     """
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r} is not one of {sorted(DTYPES)}; pass e.g. 'float32'")
-    if name_or_path == EMBEDDED and not (EMBEDDED_DIR / MODEL_CONFIG).exists():
+    shipped = EMBEDDED_CHECKPOINTS.get(name_or_path)
+    if shipped is not None and not (shipped / MODEL_CONFIG).exists():
         raise FileNotFoundError(
-            f"the embedded checkpoint is missing from {EMBEDDED_DIR}; rebuild it with "
-            "`python -m rllib_llm.models.pretrain --out rllib_llm/models/embedded`"
+            f"the {name_or_path} checkpoint is missing from {shipped}; rebuild it with the "
+            f"command in {shipped.name}/README.md (`python -m rllib_llm.models.pretrain ...`)"
         )
     path = resolve_checkpoint(name_or_path, kind="model")  # fails fast, before the import
     from transformers import AutoModelForCausalLM

@@ -1,14 +1,19 @@
-"""Build the embedded default: a short, seeded SFT of a fresh tiny Llama on arithmetic.
+"""Build the embedded checkpoints: a short, seeded SFT of a fresh tiny Llama.
 
     python -m rllib_llm.models.pretrain --out rllib_llm/models/embedded --steps N --seed 0
+    python -m rllib_llm.models.pretrain --task tool --out rllib_llm/models/embedded_tool ...
 
-The checkpoint is the START of the RL demo, so it is deliberately under-trained: it answers in
-the right format (digits, then EOS) almost always, but is right only some of the time, leaving
-room for RL to show a clear gain. `--steps` is the calibration knob; the shipped value and the
-accuracies it gives are recorded in `embedded/README.md`.
+`--task arithmetic` (the embedded default) teaches "a+b=" / "a-b=" answers; `--task tool`
+(`embedded_tool`) teaches tool-use transcripts of multiplication problems
+(`tool_transcripts`): call `<python>print(a*b)</python>`, read `<output>c</output>`, answer.
 
-The loss covers only the answer and EOS tokens: the prompt is given, not predicted, exactly as in
-RL where the policy acts only after the prompt.
+The checkpoint is the START of an RL run, so it is deliberately under-trained: it answers in
+the right format almost always, but is right (or calls the tool) only some of the time, leaving
+room for RL to show a clear gain. `--steps` is the calibration knob; the shipped values and the
+accuracies they give are recorded in each checkpoint's README.md.
+
+The loss covers only the tokens the policy acts on (answer, tool call, EOS): the prompt and the
+tool's output are given, not predicted, exactly as in RL where those tokens are masked.
 """
 
 from __future__ import annotations
@@ -26,45 +31,56 @@ from rllib_llm.envs.arithmetic import arithmetic_problems
 from rllib_llm.models import encode_prompt
 from rllib_llm.models.char_tokenizer import build_char_tokenizer
 from rllib_llm.models.tiny_llama import tiny_llama_config
+from rllib_llm.models.tool_transcripts import (
+    TOOL,
+    tool_call_text,
+    tool_transcript,
+    tool_transcripts,
+)
 
 IGNORE_INDEX = -100  # label value torch's cross-entropy skips
 
 
-def sft_examples(
-    tokenizer: PreTrainedTokenizerBase, problems: list[dict[str, str]]
-) -> list[tuple[list[int], int]]:
-    """Return `(prompt + answer + EOS ids, prompt length)` per problem."""
+TASKS = ("arithmetic", "tool")
+Example = tuple[list[int], list[int]]  # (token ids, loss mask: 1 where the policy acts)
+
+
+def sft_examples(tokenizer: PreTrainedTokenizerBase, problems: list[dict[str, str]]
+                 ) -> list[Example]:
+    """Return `(prompt + answer + EOS ids, loss mask)` per problem."""
     examples = []
     for p in problems:
         prompt = encode_prompt(tokenizer, p["prompt"])
-        answer = tokenizer(p["answer"], add_special_tokens=False)["input_ids"]
-        examples.append((prompt + answer + [tokenizer.eos_token_id], len(prompt)))
+        answer = [*tokenizer(p["answer"], add_special_tokens=False)["input_ids"],
+                  tokenizer.eos_token_id]
+        examples.append((prompt + answer, [0] * len(prompt) + [1] * len(answer)))
     return examples
 
 
 def collate(
-    examples: list[tuple[list[int], int]], pad_token_id: int
+    examples: list[Example], pad_token_id: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-pad into `(input_ids, attention_mask, labels)`, each `(B, L)`.
 
-    Labels are the input ids on answer and EOS positions and IGNORE_INDEX elsewhere; the model
+    Labels are the input ids where the loss mask is 1 and IGNORE_INDEX elsewhere; the model
     shifts them by one itself.
     """
     L = max(len(ids) for ids, _ in examples)
     input_ids = torch.full((len(examples), L), pad_token_id, dtype=torch.long)
     attention_mask = torch.zeros((len(examples), L), dtype=torch.long)
     labels = torch.full((len(examples), L), IGNORE_INDEX, dtype=torch.long)
-    for i, (ids, n_prompt) in enumerate(examples):
-        row = torch.tensor(ids, dtype=torch.long)
+    for i, (ids, mask) in enumerate(examples):
+        row = torch.tensor(ids, dtype=torch.long)  # (L_i,)
         input_ids[i, : len(ids)] = row
         attention_mask[i, : len(ids)] = 1
-        labels[i, n_prompt : len(ids)] = row[n_prompt:]
+        labels[i, : len(ids)] = torch.where(torch.tensor(mask, dtype=torch.bool), row,
+                                            IGNORE_INDEX)
     return input_ids, attention_mask, labels
 
 
 def train(
     model: LlamaForCausalLM,
-    examples: list[tuple[list[int], int]],
+    examples: list[Example],
     *,
     steps: int,
     batch_size: int,
@@ -112,26 +128,23 @@ def train(
 
 
 @torch.inference_mode()
-def accuracy(
+def _continue(
     model: LlamaForCausalLM,
     tokenizer: PreTrainedTokenizerBase,
-    problems: list[dict[str, str]],
+    prefixes: list[list[int]],
     *,
     do_sample: bool,
-    seed: int = 0,
-    max_new_tokens: int = 5,
-) -> dict[str, float]:
-    """Exact-match accuracy and well-formed rate ("digits then EOS") with `model.generate`.
+    max_new_tokens: int,
+) -> list[tuple[str, bool]]:
+    """`model.generate` after each prefix: `(text up to EOS, whether EOS came)` per prefix.
 
     Uses Hugging Face `generate` (not the rollout engine) so the models layer stays below rollout;
     sampling is at temperature 1 with no top-k/top-p.
     """
     model.eval()
-    torch.manual_seed(seed)
-    prompts = [encode_prompt(tokenizer, p["prompt"]) for p in problems]
-    L = max(len(p) for p in prompts)
-    input_ids = torch.tensor([[tokenizer.pad_token_id] * (L - len(p)) + p for p in prompts])
-    n_pad = torch.tensor([L - len(p) for p in prompts])  # (N,)
+    L = max(len(p) for p in prefixes)
+    input_ids = torch.tensor([[tokenizer.pad_token_id] * (L - len(p)) + p for p in prefixes])
+    n_pad = torch.tensor([L - len(p) for p in prefixes])  # (N,)
     attention_mask = torch.arange(L)[None, :] >= n_pad[:, None]  # (N, L), left padding
     out = model.generate(
         input_ids=input_ids,
@@ -144,19 +157,86 @@ def accuracy(
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
     )[:, L:]  # (N, <= max_new_tokens)
+    eos = tokenizer.eos_token_id
+    return [(tokenizer.decode(row[: row.index(eos)] if eos in row else row), eos in row)
+            for row in out.tolist()]
+
+
+def accuracy(
+    model: LlamaForCausalLM,
+    tokenizer: PreTrainedTokenizerBase,
+    problems: list[dict[str, str]],
+    *,
+    do_sample: bool,
+    seed: int = 0,
+    max_new_tokens: int = 5,
+) -> dict[str, float]:
+    """Exact-match accuracy and well-formed rate ("digits then EOS") with `model.generate`."""
+    torch.manual_seed(seed)
+    prompts = [encode_prompt(tokenizer, p["prompt"]) for p in problems]
+    outs = _continue(model, tokenizer, prompts, do_sample=do_sample,
+                     max_new_tokens=max_new_tokens)
     correct = well_formed = 0
-    for row, problem in zip(out.tolist(), problems, strict=True):
-        if tokenizer.eos_token_id not in row:
-            continue
-        text = tokenizer.decode(row[: row.index(tokenizer.eos_token_id)])
-        well_formed += text.isdigit()
-        correct += text == problem["answer"]
+    for (text, ended), problem in zip(outs, problems, strict=True):
+        well_formed += ended and text.isdigit()
+        correct += ended and text == problem["answer"]
     return {"accuracy": correct / len(problems), "well_formed": well_formed / len(problems)}
+
+
+def tool_use_rates(
+    model: LlamaForCausalLM,
+    tokenizer: PreTrainedTokenizerBase,
+    problems: list[dict[str, str]],
+    *,
+    do_sample: bool,
+    seed: int = 0,
+) -> dict[str, float]:
+    """How a tool-use checkpoint behaves on "a*b=" problems, step by step (no tool runs here):
+
+    - `tool_rate`: the first turn opens a tool call; `call_ok`: of those, the call is exactly
+      `<python>print(a*b)</python>`;
+    - `copy_ok`: given the right call and output, the answer copies the output, then EOS;
+    - `direct_ok`: of the first turns that answer at once, the answer is right;
+    - `accuracy`: what "math_tool" would score, `tool_rate * call_ok * copy_ok +
+      (1 - tool_rate) * direct_ok`.
+    """
+    torch.manual_seed(seed)
+    prompts = [encode_prompt(tokenizer, p["prompt"]) for p in problems]
+    calls = [tool_call_text(p["prompt"]) for p in problems]
+    firsts = _continue(model, tokenizer, prompts, do_sample=do_sample,
+                       max_new_tokens=max(len(c) for c in calls) + 2)
+    tool = [text.startswith(f"<{TOOL}>") for text, _ in firsts]
+    call_ok = [text.startswith(c) for (text, _), c in zip(firsts, calls, strict=True)]
+    direct_ok = [ended and text == p["answer"]
+                 for (text, ended), p in zip(firsts, problems, strict=True)]
+    after_call = [tool_transcript(tokenizer, p, use_tool=True)[0] for p in problems]
+    answers = [len(tokenizer(p["answer"], add_special_tokens=False)["input_ids"]) + 1
+               for p in problems]  # + EOS
+    copies = _continue(model, tokenizer, [ids[:-n] for ids, n in zip(after_call, answers,
+                                                                        strict=True)],
+                       do_sample=do_sample, max_new_tokens=max(answers) + 1)
+    copy_ok = [ended and text == p["answer"]
+               for (text, ended), p in zip(copies, problems, strict=True)]
+    n, n_tool = len(problems), max(sum(tool), 1)
+    rates = {
+        "tool_rate": sum(tool) / n,
+        "call_ok": sum(t and c for t, c in zip(tool, call_ok, strict=True)) / n_tool,
+        "copy_ok": sum(copy_ok) / n,
+        "direct_ok": sum(not t and d for t, d in zip(tool, direct_ok, strict=True))
+        / max(n - sum(tool), 1),
+    }
+    rates["accuracy"] = (rates["tool_rate"] * rates["call_ok"] * rates["copy_ok"]
+                         + (1 - rates["tool_rate"]) * rates["direct_ok"])
+    return {k: round(v, 4) for k, v in rates.items()}
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="directory to write the checkpoint to")
+    parser.add_argument("--task", choices=TASKS, default="arithmetic",
+                        help="arithmetic: the embedded default; tool: embedded_tool")
+    parser.add_argument("--tool-fraction", type=float, default=0.3,
+                        help="--task tool: share of transcripts that call the tool")
     parser.add_argument(
         "--steps", type=int, default=650,
         help="SFT optimizer steps: the calibration knob (see embedded/README.md)",
@@ -195,12 +275,22 @@ def main(argv: list[str] | None = None) -> None:
     model = LlamaForCausalLM(config)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"tiny Llama: {n_params:,} parameters", flush=True)
-    examples = sft_examples(tokenizer, arithmetic_problems("train"))
-    test = arithmetic_problems("test")
+    if args.task == "tool":
+        examples = tool_transcripts(tokenizer, arithmetic_problems("train", ops="*"),
+                                    tool_fraction=args.tool_fraction, seed=args.seed)
+        test = arithmetic_problems("test", ops="*")
+        measure = tool_use_rates
+    else:
+        examples = sft_examples(tokenizer, arithmetic_problems("train"))
+        test = arithmetic_problems("test")
+        measure = accuracy
+
+    def evaluate() -> tuple[dict[str, float], dict[str, float]]:
+        return (measure(model, tokenizer, test, do_sample=False),
+                measure(model, tokenizer, test, do_sample=True, seed=args.seed))
 
     def report(step: int) -> None:
-        greedy = accuracy(model, tokenizer, test, do_sample=False)
-        sampled = accuracy(model, tokenizer, test, do_sample=True, seed=args.seed)
+        greedy, sampled = evaluate()
         print(f"  [{step}] test greedy {greedy}  sampled {sampled}", flush=True)
 
     t0 = time.perf_counter()
@@ -212,8 +302,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     train_s = time.perf_counter() - t0
 
-    greedy = accuracy(model, tokenizer, test, do_sample=False)
-    sampled = accuracy(model, tokenizer, test, do_sample=True, seed=args.seed)
+    greedy, sampled = evaluate()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model.eval().save_pretrained(out)
