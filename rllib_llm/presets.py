@@ -1,10 +1,12 @@
 """Tested settings for the embedded default, shared by the demo, examples, tests and benchmarks
 (so none of them imports another's script). The named algorithm presets (RLVRConfig.preset)
-live in rllib_llm/algorithm/presets.py; `embedded_preset_config` sizes one for the embedded task.
+live in rllib_llm/algorithm/presets.py; `embedded_preset_config` sizes one for the embedded task,
+and `embedded_tool_config` is tool use ("math_tool") on it.
 
-    from rllib_llm.presets import embedded_config, embedded_preset_config
+    from rllib_llm.presets import embedded_config, embedded_preset_config, embedded_tool_config
     algo = embedded_config("topr", seed=0).build_algo()
     algo = embedded_preset_config("vapo", seed=0).build_algo()
+    algo = embedded_tool_config("topr", seed=0).build_algo()
 """
 
 from __future__ import annotations
@@ -43,6 +45,42 @@ def embedded_config(pg_variant: str = "topr", *, seed: int = 0, **overrides):
     return (
         RLVRConfig()
         .environment("math_verify", env_config={"dataset": "arithmetic"})
+        .training(**training)
+        .debugging(seed=seed, log_level="ERROR")
+    )
+
+
+# Tool use on the embedded task ("math_tool" with two-digit products, `embedded_tool`): the
+# checkpoint calls the tool on about a third of the problems, and RL has to learn that calling
+# it pays. An episode is a tool call (29 agent tokens), the tool's output (env tokens), then the
+# answer and EOS; `response_length` holds all of it, env tokens included. Calibrated in
+# benchmarks/RESULTS.md ("Tool use"). The learning rate warms up over the first 20k sampled agent
+# tokens (~5 iterations) and then stays: episodes grow as the policy learns to call the tool, so
+# a schedule in tokens would move with what is learned.
+EMBEDDED_TOOL_TRAINING = {
+    "model_name_or_path": "embedded_tool",
+    "lr": [[0, 2e-5], [20_000, 3e-4]],
+    "rollout_batch_size": 32,
+    "num_return_sequences_in_group": 8,
+    "response_length": 64,
+    "temperature": 1.0,
+    "adv_estimator": "grpo",
+    "advantage_clip": None,
+    "use_kl_loss": False,
+}
+# The env_config of "math_tool" on the embedded task: two-digit products, a tool call then the
+# answer.
+EMBEDDED_TOOL_ENV = {"dataset": "arithmetic", "dataset_kwargs": {"ops": "*"}, "max_turns": 2}
+
+
+def embedded_tool_config(pg_variant: str = "topr", *, seed: int = 0, **overrides):
+    """The RLVRConfig of tool use on the embedded task ("math_tool", `embedded_tool`)."""
+    from rllib_llm import RLVRConfig
+
+    training = {**EMBEDDED_TOOL_TRAINING, "pg_variant": pg_variant, **overrides}
+    return (
+        RLVRConfig()
+        .environment("math_tool", env_config=dict(EMBEDDED_TOOL_ENV))
         .training(**training)
         .debugging(seed=seed, log_level="ERROR")
     )

@@ -400,3 +400,24 @@ def test_a_multi_turn_episodes_returns_and_advantages_match_a_hand_computation()
     assert adv[0][agent].tolist() == pytest.approx(
         [group_value + r for r in turn_return], rel=1e-5)
     assert adv[1].tolist() == pytest.approx([-group_value] * adv.shape[1], rel=1e-5)
+
+
+def test_the_issues_call_trains_math_tool_with_the_sandboxed_tool(ray_session):
+    """`RLVRConfig().environment("math_tool").training(pg_variant="topr")` trains as it stands
+    (the embedded default rarely calls the tool: its runs are mostly one turn), and the tool use
+    preset's episodes run model-written code in the sandbox and report it."""
+    from rllib_llm import RLVRConfig
+    from rllib_llm.presets import embedded_tool_config
+
+    algo = RLVRConfig().environment("math_tool").training(pg_variant="topr").build_algo()
+    result = algo.train()
+    assert result["learners"]["default_policy"]["num_optimizer_steps"] == 1
+    assert result["env_runners"]["turns_mean"] >= 1.0
+    algo.stop()
+
+    algo = embedded_tool_config("topr", rollout_batch_size=8).build_algo()
+    runners = algo.train()["env_runners"]
+    assert runners["tool_calls_mean"] > 0  # ~30% of episodes call the tool
+    assert runners["tool_error_fraction"] < 0.5 and runners["tool_timeout_fraction"] == 0.0
+    assert 0 < runners["env_token_fraction"] < 1
+    algo.stop()

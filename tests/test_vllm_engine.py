@@ -384,6 +384,31 @@ def test_remote_vllm_runner_samples_the_broadcast_weights(ray_session):
     algo.stop()
 
 
+@pytest.mark.vllm
+def test_multi_turn_tool_episodes_with_vllm_continue_from_the_whole_context(ray_session):
+    """"math_tool" with vLLM: turns after a tool call are generated from prompt + agent turns +
+    the tool's output, so each agent token's sampler log-prob equals the learner model's,
+    teacher-forced on the rebuilt sequence, and the env's tokens are no actions."""
+    from rllib_llm.learner.packing import episode_tokens
+    from rllib_llm.presets import embedded_tool_config
+
+    algo = embedded_tool_config("topr", rollout_batch_size=8, num_return_sequences_in_group=2,
+                                rollout_engine="vllm").build_algo()
+    episodes = algo.env_runner_group.local_env_runner.sample()
+    model = algo.learner_group._learner.module["default_policy"].model
+    tools = [e for e in episodes if e.get_infos(-1)["tool_calls"] > 0]
+    assert tools, "the embedded_tool checkpoint called no tool in 16 episodes"
+    for episode in tools:
+        item = episode_tokens(episode)
+        prompt, response = item.prompt_ids.tolist(), item.response_ids.tolist()
+        logp = teacher_forced_logprobs(model, prompt, response, 1.0).numpy()
+        agent = item.action_mask
+        assert (~agent).sum() == episode.get_infos(-1)["num_env_tokens"] > 0
+        assert np.abs(logp[agent] - item.behaviour_logp[agent]).max() < 1e-3
+        assert len(episode) == agent.sum()  # actions: the agent's tokens only
+    algo.stop()
+
+
 # Calibrated on the 2-core machine, pinned to one core, from a stand-in for the embedded
 # checkpoint (`pretrain --steps 4000`: 29% greedy): lr 1e-4 (as for the torch engine), 300
 # iterations (~50 s) took greedy held-out accuracy from 28.7% to 46.3%. Greedy evaluation on 300

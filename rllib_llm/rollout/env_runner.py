@@ -72,7 +72,7 @@ TURN_LIMIT_FRACTION = "turn_limit_fraction"  # episodes max_turns ended
 
 
 class RLVREnvRunner(EnvRunner, Checkpointable):
-    """An EnvRunner for token-level LLM environments (single-turn for now).
+    """An EnvRunner for token-level LLM environments, single- and multi-turn.
 
     `sample()` returns complete episodes only: a response is generated to its end before the
     episode is built, so there are never partial episodes to carry across calls.
