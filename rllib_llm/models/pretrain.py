@@ -230,6 +230,18 @@ def tool_use_rates(
     return {k: round(v, 4) for k, v in rates.items()}
 
 
+def task_data(task: str, tokenizer: PreTrainedTokenizerBase, *, tool_fraction: float, seed: int
+              ) -> tuple[list[Example], list[dict[str, str]], Callable[..., dict[str, float]]]:
+    """A task's SFT examples (its train split), test problems, and how to measure a model on
+    them (`accuracy` or `tool_use_rates`)."""
+    if task == "tool":
+        examples = tool_transcripts(tokenizer, arithmetic_problems("train", ops="*"),
+                                    tool_fraction=tool_fraction, seed=seed)
+        return examples, arithmetic_problems("test", ops="*"), tool_use_rates
+    return sft_examples(tokenizer, arithmetic_problems("train")), arithmetic_problems("test"), \
+        accuracy
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="directory to write the checkpoint to")
@@ -275,15 +287,8 @@ def main(argv: list[str] | None = None) -> None:
     model = LlamaForCausalLM(config)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"tiny Llama: {n_params:,} parameters", flush=True)
-    if args.task == "tool":
-        examples = tool_transcripts(tokenizer, arithmetic_problems("train", ops="*"),
-                                    tool_fraction=args.tool_fraction, seed=args.seed)
-        test = arithmetic_problems("test", ops="*")
-        measure = tool_use_rates
-    else:
-        examples = sft_examples(tokenizer, arithmetic_problems("train"))
-        test = arithmetic_problems("test")
-        measure = accuracy
+    examples, test, measure = task_data(args.task, tokenizer, tool_fraction=args.tool_fraction,
+                                        seed=args.seed)
 
     def evaluate() -> tuple[dict[str, float], dict[str, float]]:
         return (measure(model, tokenizer, test, do_sample=False),
