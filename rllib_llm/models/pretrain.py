@@ -209,12 +209,14 @@ def tool_use_rates(
     call_ok = [text.startswith(c) for (text, _), c in zip(firsts, calls, strict=True)]
     direct_ok = [ended and text == p["answer"]
                  for (text, ended), p in zip(firsts, problems, strict=True)]
-    after_call = [tool_transcript(tokenizer, p, use_tool=True)[0] for p in problems]
-    answers = [len(tokenizer(p["answer"], add_special_tokens=False)["input_ids"]) + 1
-               for p in problems]  # + EOS
-    copies = _continue(model, tokenizer, [ids[:-n] for ids, n in zip(after_call, answers,
-                                                                        strict=True)],
-                       do_sample=do_sample, max_new_tokens=max(answers) + 1)
+    # The right transcript up to the tool's output: up to its last env token (mask 0).
+    transcripts = [tool_transcript(tokenizer, p, use_tool=True) for p in problems]
+    cuts = [len(mask) - mask[::-1].index(0) for _, mask in transcripts]
+    copies = _continue(model, tokenizer, [ids[:c] for (ids, _), c in zip(transcripts, cuts,
+                                                                          strict=True)],
+                       do_sample=do_sample,
+                       max_new_tokens=max(len(ids) - c for (ids, _), c in zip(transcripts, cuts,
+                                                                               strict=True)) + 1)
     copy_ok = [ended and text == p["answer"]
                for (text, ended), p in zip(copies, problems, strict=True)]
     n, n_tool = len(problems), max(sum(tool), 1)
