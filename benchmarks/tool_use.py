@@ -59,12 +59,13 @@ def policy(algo):
 
 def measure(algo, seed: int, label: str) -> dict:
     """Accuracy with and without the tool, and the step-by-step rates, of `algo`'s policy."""
+    model, tokenizer = policy(algo), load_tokenizer("embedded_tool")
     with tempfile.TemporaryDirectory() as model_dir:
-        policy(algo).save_pretrained(model_dir)
-        load_tokenizer("embedded_tool").save_pretrained(model_dir)
+        model.save_pretrained(model_dir)
+        tokenizer.save_pretrained(model_dir)
         no_tool = without_tool(model_dir, seed)
-    rates = tool_use_rates(policy(algo), load_tokenizer("embedded_tool"),
-                           arithmetic_problems("test", ops="*"), do_sample=True, seed=seed)
+    rates = tool_use_rates(model, tokenizer, arithmetic_problems("test", ops="*"),
+                           do_sample=True, seed=seed)
     row = {"when": label, "with_tool": held_out_accuracy(algo), "without_tool": no_tool, **rates}
     print(json.dumps(row), flush=True)
     return row
