@@ -21,9 +21,13 @@ SUBCOMMANDS = ("train", "eval", "export", "plot", "sweep")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from rllib_llm.cli.settings_help import settings_help
+
     parser = argparse.ArgumentParser(
         prog="rllib-llm",
         description="RL post-training of language models with verifiable rewards, on Ray RLlib.",
+        epilog=settings_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
