@@ -81,20 +81,19 @@ class RunLog:
 
 def plot_reward_curve(rows: list[dict[str, float]], path: Path,
                       summary: dict[str, Any] | None = None) -> Path | None:
-    """Reward and accuracy per iteration; returns None (and says so) without matplotlib."""
-    try:
-        import matplotlib
+    """Reward and accuracy per iteration; returns None (and says so) without matplotlib.
+    (`rllib-llm plot` draws the other curves, smoothed, of this and other runs.)"""
+    from rllib_llm.metric_names import ACCURACY, REWARD
+    from rllib_llm.plots import import_pyplot  # it imports this module: not at the top
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: skipping reward_curve.png "
-              "(pip install 'rllib_llm[plot]').")
+    try:
+        plt = import_pyplot()
+    except ImportError as e:
+        print(f"skipping {path.name}: {e}")
         return None
     xs = [r["iteration"] for r in rows]
     fig, ax = plt.subplots(figsize=(7, 4))
-    for key, label in (("env_runners/episode_return_mean", "train reward"),
-                       ("env_runners/accuracy", "train accuracy")):
+    for key, label in ((REWARD, "train reward"), (ACCURACY, "train accuracy")):
         ys = [r.get(key, float("nan")) for r in rows]
         ax.plot(xs, ys, label=label)
     if summary and "eval_before" in summary and "eval_after" in summary:
