@@ -16,26 +16,25 @@ from pathlib import Path
 from topr_arithmetic import train_and_report  # held-out accuracy, training, accuracy again
 
 from rllib_llm.algorithm.roll_config import load_roll_config
-from rllib_llm.presets import EMBEDDED_SIZES
-
-HERE = Path(__file__).resolve().parent
 
 # What ROLL's 2048 + 4096 tokens and a 7B model's learning rate become on the embedded model:
-# its context (None = what the 6-token response leaves of it) and the learning-rate schedule and
-# sampling temperature calibrated for it (rllib_llm/presets.py). ROLL's 512 prompts per iteration
-# with one response each stay: 512 responses, as the embedded presets sample.
-EMBEDDED_OVERRIDES = {"prompt_length": None, **EMBEDDED_SIZES}
+# its context and the learning-rate schedule and sampling temperature calibrated for it
+# (rllib_llm/presets.py). ROLL's 512 prompts per iteration with one response each stay: 512
+# responses, as the embedded presets sample.
+from rllib_llm.presets import EMBEDDED_ROLL_ENV, EMBEDDED_ROLL_OVERRIDES
+
+HERE = Path(__file__).resolve().parent
 
 
 def main(config_file: str, iterations: int, eval_problems: int, min_gain: float) -> bool:
     roll = load_roll_config(HERE / config_file)
     print(roll.report())
-    for name, value in EMBEDDED_OVERRIDES.items():
+    for name, value in EMBEDDED_ROLL_OVERRIDES.items():
         print(f"override for the embedded model: {name}: "
               f"{roll.settings.get(name, '(not in the file)')!r} -> {value!r}")
     config = (
-        roll.to_rlvr_config(**EMBEDDED_OVERRIDES, model_name_or_path="embedded")
-        .environment("math_verify", env_config={"dataset": "arithmetic"})
+        roll.to_rlvr_config(**EMBEDDED_ROLL_OVERRIDES, model_name_or_path="embedded")
+        .environment(**EMBEDDED_ROLL_ENV)
         .debugging(seed=0)
     )
     return train_and_report(config, iterations, eval_problems, min_gain)

@@ -90,6 +90,12 @@ def embedded_tool_config(pg_variant: str = "topr", *, seed: int = 0, **overrides
 # (EMBEDDED_TRAINING's learning-rate schedule, response length and sampling temperature, used for
 # the critic too) and EMBEDDED_RESPONSES responses per iteration, as many prompts as that makes.
 EMBEDDED_SIZES = {k: EMBEDDED_TRAINING[k] for k in ("lr", "response_length", "temperature")}
+# A ROLL config on the embedded model (examples/roll_ppo.py, `rllib-llm train` of a ROLL file that
+# names no model): ROLL's 2048 + 4096 tokens and a 7B model's learning rate become the embedded
+# context (prompt_length None = what the 6-token response leaves of it) and the learning-rate
+# schedule and sampling temperature calibrated for it. Everything else stays as the file says.
+EMBEDDED_ROLL_OVERRIDES = {"prompt_length": None, **EMBEDDED_SIZES}
+EMBEDDED_ROLL_ENV = {"env": "math_verify", "env_config": {"dataset": "arithmetic"}}
 EMBEDDED_RESPONSES = 512
 # Value pretraining on the embedded task, in iterations, for presets that pretrain (50 in VAPO's
 # run of thousands of steps; 10 here of a 100-iteration test budget).

@@ -1,0 +1,300 @@
+"""Config files of `rllib-llm train` and `sweep`: YAML in RLlib's builder sections, or ROLL's.
+
+An rllib_llm file groups RLVRConfig settings by the builder method that takes them, as in Python
+(`RLVRConfig().environment(...).training(...)`), plus the run's own `run:` section:
+
+    environment: {env: math_verify, env_config: {dataset: arithmetic}}
+    training: {pg_variant: topr, lr: 1.0e-5, rollout_batch_size: 64}   # fields.py, RLlib's lr
+    env_runners: {num_env_runners: 1}
+    evaluation: {evaluation_interval: 10, evaluation_config: {eval_num_problems: 200}}
+    debugging: {seed: 0}
+    run: {iterations: 200, checkpoint_every: 10}                        # cli/run_settings.py
+
+A file with none of these sections at its top level is a ROLL RLVR config (`roll_config.py` maps
+it and reports what it cannot map). `--set section.key=value` (or `--set field=value` for a
+fields.py field or a run setting) overrides a file's value; values are YAML.
+
+Errors name the file, the setting and the rule. Numbers such as `1e-5` read as floats (PyYAML's
+YAML 1.1 would read a string).
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import inspect
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rllib_llm.algorithm.fields import ALIASES, FIELDS_BY_NAME, rule_broken
+from rllib_llm.cli.run_settings import (
+    RUN_FIELDS_BY_NAME,
+    TUNE_FIELDS_BY_NAME,
+    run_defaults,
+    tune_defaults,
+)
+
+# Builder sections, applied in this order (the environment first: later checks read it).
+BUILDER_SECTIONS = ("environment", "training", "env_runners", "learners", "evaluation",
+                    "resources", "fault_tolerance", "reporting", "debugging")
+RUN_SECTION = "run"
+TUNE_SECTION = "tune"  # sweeps only: cli/sweep.py
+SECTIONS = (*BUILDER_SECTIONS, RUN_SECTION, TUNE_SECTION)
+
+_OWN_TABLES = {RUN_SECTION: RUN_FIELDS_BY_NAME, TUNE_SECTION: TUNE_FIELDS_BY_NAME}
+
+# ROLL's run-management fields that `rllib-llm train` runs (roll_config.py reports them as the
+# caller's business: here the CLI is the caller). ROLL's names -> (section, setting).
+ROLL_RUN_FIELDS = {
+    "max_steps": (RUN_SECTION, "iterations"),
+    "save_steps": (RUN_SECTION, "checkpoint_every"),
+    "max_ckpt_to_keep": (RUN_SECTION, "keep_checkpoints"),
+    "eval_steps": ("evaluation", "evaluation_interval"),
+    "seed": ("debugging", "seed"),
+}
+
+
+class ConfigFileError(ValueError):
+    """A config file (or a --set) that cannot be run: the message names file, setting and rule."""
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML with YAML 1.2's floats: `1e-5` is a number, as every user means it."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                   |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                   |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+                   |[-+]?\.(?:inf|Inf|INF)
+                   |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."),
+)
+
+
+def parse_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
+
+
+@dataclass
+class RunFile:
+    """A file read and checked: its sections (after --set), and for a ROLL file what was mapped."""
+
+    path: Path
+    sections: dict[str, dict[str, Any]]
+    roll_report: str | None = None
+    notes: list[str] = field(default_factory=list)  # what the loader decided on the user's behalf
+
+    @property
+    def run(self) -> dict[str, Any]:
+        return {**run_defaults(), **self.sections.get(RUN_SECTION, {})}
+
+    @property
+    def tune(self) -> dict[str, Any]:
+        return {**tune_defaults(), **self.sections.get(TUNE_SECTION, {})}
+
+    def to_config(self):
+        """The RLVRConfig the builder sections describe (validated when the algorithm is built;
+        `check()` validates it now)."""
+        from rllib_llm.algorithm.config import RLVRConfig
+
+        config = RLVRConfig()
+        for name in BUILDER_SECTIONS:
+            if self.sections.get(name):
+                getattr(config, name)(**copy.deepcopy(self.sections[name]))
+        return config
+
+    def check(self) -> None:
+        """Every rule: each setting's and the ones that tie settings together (RLVRConfig's
+        validate), raised as ConfigFileError naming the file."""
+        from ray.util.debug import log_once
+
+        log_once("RLVR_on_new_api_stack")  # RLlib's note that RLVR is on its new API stack
+        try:
+            self.to_config().validate()
+        except ValueError as e:
+            raise ConfigFileError(f"{self.path}: {e}") from e
+
+
+def read_run_file(path: str | Path, sets: list[str] = (), *, strict: bool = False,
+                  allow_search_spaces: bool = False) -> RunFile:
+    """Read an rllib_llm or ROLL YAML file, apply `sets` ("key=value"), check every setting.
+
+    strict: a ROLL field that maps onto nothing is an error instead of a line of the report.
+    allow_search_spaces: values may be Tune search spaces ({grid_search: [...]}, ...; sweeps).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigFileError(f"{path}: no such file")
+    try:
+        data = parse_yaml(path.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigFileError(f"{path}: not valid YAML: {e}") from e
+    if not isinstance(data, dict) or not data:
+        raise ConfigFileError(f"{path}: must be a YAML mapping of sections "
+                              f"({', '.join(SECTIONS)}) or a ROLL config, got {data!r:.80}")
+    ours = [k for k in data if k in SECTIONS]
+    if ours and len(ours) < len(data):
+        stray = [k for k in data if k not in SECTIONS]
+        raise ConfigFileError(
+            f"{path}: {_names(stray)} at the top level next to the section(s) {_names(ours)}: "
+            f"settings go inside a section ({', '.join(SECTIONS)}); a ROLL config has no "
+            f"sections.{_did_you_mean(stray[0], SECTIONS)}")
+    run_file = _read_ours(path, data) if ours else _read_roll(path, data, strict)
+    for item in sets:
+        _apply_set(run_file, item)
+    _check_sections(run_file, allow_search_spaces)
+    return run_file
+
+
+def _read_ours(path: Path, data: dict[str, Any]) -> RunFile:
+    sections = {}
+    for name, values in data.items():
+        if values is None:
+            values = {}
+        if not isinstance(values, dict):
+            raise ConfigFileError(f"{path}: section {name!r} must be a mapping of "
+                                  f"setting: value, got {values!r:.80}")
+        sections[name] = dict(values)
+    return RunFile(path, sections)
+
+
+def _read_roll(path: Path, data: dict[str, Any], strict: bool) -> RunFile:
+    """A ROLL file: its algorithm fields through load_roll_config, its run management here, and
+    for the embedded model (a file that names none) the sizes it can take, each said."""
+    from rllib_llm.algorithm.roll_config import load_roll_config
+    from rllib_llm.presets import EMBEDDED_ROLL_ENV, EMBEDDED_ROLL_OVERRIDES
+
+    run_fields = {k: data.pop(k) for k in list(data) if k in ROLL_RUN_FIELDS}
+    try:
+        roll = load_roll_config(data, strict=strict)
+    except ValueError as e:
+        raise ConfigFileError(f"{path}: {e}") from e
+    if not roll.mapped:
+        raise ConfigFileError(
+            f"{path}: neither an rllib_llm file (top-level sections {', '.join(SECTIONS)}) nor "
+            f"a ROLL config (none of its fields {_names(list(data))} maps onto a setting)")
+    sections: dict[str, dict[str, Any]] = {"training": dict(roll.settings)}
+    notes = []
+    for key, value in run_fields.items():
+        section, name = ROLL_RUN_FIELDS[key]
+        sections.setdefault(section, {})[name] = value
+        notes.append(f"ROLL {key}: {value!r} -> {section}.{name}")
+    if "model_name_or_path" not in roll.settings:
+        for name, value in EMBEDDED_ROLL_OVERRIDES.items():
+            notes.append(f"override for the embedded model: {name}: "
+                         f"{roll.settings.get(name, '(not in the file)')!r} -> {value!r}")
+            sections["training"][name] = value
+        sections["environment"] = copy.deepcopy(EMBEDDED_ROLL_ENV)
+        notes.append(f"environment for the embedded model: {EMBEDDED_ROLL_ENV}")
+    return RunFile(path, sections, roll_report=roll.report(), notes=notes)
+
+
+def _apply_set(run_file: RunFile, item: str) -> None:
+    """`section.key[.subkey...]=value`, or `name=value` for a training or run setting."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key:
+        raise ConfigFileError(f"--set {item!r}: expected key=value, e.g. --set training.lr=1e-5")
+    parts = key.split(".")
+    if parts[0] not in SECTIONS:
+        if len(parts) == 1 and parts[0] in _known_settings("training"):
+            parts = ["training", *parts]
+        elif len(parts) == 1 and parts[0] in RUN_FIELDS_BY_NAME:
+            parts = [RUN_SECTION, *parts]
+        else:
+            raise ConfigFileError(
+                f"--set {key}: the key must start with a section ({', '.join(SECTIONS)}) or be "
+                f"a training setting or run setting.{_did_you_mean(parts[0], _all_names())}")
+    if len(parts) < 2:
+        raise ConfigFileError(f"--set {key}: name a setting inside the section, e.g. "
+                              f"{key}.<setting>=value")
+    try:
+        value = parse_yaml(raw)
+    except yaml.YAMLError as e:
+        raise ConfigFileError(f"--set {item!r}: the value is not valid YAML: {e}") from e
+    target = run_file.sections.setdefault(parts[0], {})
+    for part in parts[1:-1]:
+        target = target.setdefault(part, {})
+        if not isinstance(target, dict):
+            raise ConfigFileError(f"--set {key}: {part} is not a mapping in {run_file.path}")
+    target[parts[-1]] = value
+
+
+def _check_sections(run_file: RunFile, allow_search_spaces: bool) -> None:
+    path = run_file.path
+    if TUNE_SECTION in run_file.sections and not allow_search_spaces:
+        raise ConfigFileError(f"{path}: a 'tune' section belongs in a sweep file: run it with "
+                              "`rllib-llm sweep`")
+    for section, values in run_file.sections.items():
+        known = _known_settings(section)
+        for key, value in values.items():
+            if key not in known:
+                raise ConfigFileError(f"{path}: {section}.{key} is not a setting of {section}"
+                                      f".{_did_you_mean(key, known)}")
+            for candidate in _candidates(path, section, key, value, allow_search_spaces):
+                why = _rule(section, key, candidate)
+                if why is not None:
+                    raise ConfigFileError(
+                        f"{path}: {section}.{key} = {candidate!r} is invalid: it {why}.")
+
+
+def _known_settings(section: str) -> list[str]:
+    """What one section accepts: RLlib's method parameters, plus our fields in `training` (and
+    the env runners' engine options, which RLVRConfig.env_runners takes)."""
+    if section in (RUN_SECTION, TUNE_SECTION):
+        return list(_OWN_TABLES[section])
+    from rllib_llm.algorithm.config import RLVRConfig
+
+    params = [p for p in inspect.signature(getattr(RLVRConfig, section)).parameters
+              if p not in ("self", "kwargs")]
+    base = inspect.signature(getattr(RLVRConfig.__mro__[1], section)).parameters
+    params += [p for p in base if p not in ("self", "kwargs") and p not in params]
+    if section == "training":
+        params += [*FIELDS_BY_NAME, *ALIASES]
+    if section == "env_runners":
+        params += [f for f in FIELDS_BY_NAME if f.startswith(("vllm_", "weight_sync_"))]
+    return params
+
+
+def _candidates(path: Path, section: str, key: str, value: Any,
+                allow_search_spaces: bool) -> list[Any]:
+    """The values to check: the value, or a search space's grid / choices (none for a
+    distribution: Tune samples it, the trial's config is checked when it is built)."""
+    from rllib_llm.cli.search_spaces import SEARCH_SPACE_KINDS, is_search_space
+
+    if not is_search_space(value):
+        return [value]
+    if not allow_search_spaces:
+        raise ConfigFileError(f"{path}: {section}.{key} is a search space ({value!r:.60}): "
+                              "run the file with `rllib-llm sweep`")
+    (kind, args), = value.items()
+    return list(args) if SEARCH_SPACE_KINDS[kind].discrete else []
+
+
+def _rule(section: str, key: str, value: Any) -> str | None:
+    if section in (RUN_SECTION, TUNE_SECTION):
+        rule = _OWN_TABLES[section][key].rule
+        return rule(value) if rule else None
+    name = ALIASES.get(key, key)
+    if name in FIELDS_BY_NAME and section in ("training", "env_runners"):
+        return rule_broken(name, value)
+    return None  # RLlib's own settings: RLVRConfig.validate() checks them (RunFile.check)
+
+
+def _all_names() -> list[str]:
+    return [*SECTIONS, *FIELDS_BY_NAME, *RUN_FIELDS_BY_NAME]
+
+
+def _names(keys: list[str]) -> str:
+    return ", ".join(repr(k) for k in keys)
+
+
+def _did_you_mean(key: str, options: Mapping[str, Any] | list[str] | tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(key, list(options), n=3)
+    return f" Did you mean {', '.join(close)}?" if close else ""

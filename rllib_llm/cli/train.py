@@ -1,0 +1,126 @@
+"""`rllib-llm train CONFIG.yaml [--set key=value ...] [--run-dir DIR]` and
+`rllib-llm train --resume RUN_DIR`: one RLVR run through Ray Tune (cli/tune_runs.py), checkpointed
+every `run.checkpoint_every` iterations; a resumed run continues from its last checkpoint and ends
+at the same iteration count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from rllib_llm.cli.config_file import ConfigFileError, RunFile, read_run_file
+from rllib_llm.cli.settings_help import settings_help
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "train", help="train from a config file (rllib_llm sections or a ROLL RLVR YAML)",
+        description=__doc__, epilog=settings_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("config", nargs="?", help="the YAML file")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a setting: section.key=value, or field=value for a "
+                             "training field or run setting (values are YAML); repeatable")
+    parser.add_argument("--run-dir", help="where the run goes (default runs/<file>-<time>)")
+    parser.add_argument("--resume", metavar="RUN_DIR",
+                        help="continue a run from its last checkpoint (after a crash or a kill)")
+    parser.add_argument("--strict", action="store_true",
+                        help="a ROLL field that maps onto nothing is an error, not a report line")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="read and check the file, print the settings, do not train")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.resume:
+            if args.config or args.set:
+                raise ConfigFileError("--resume continues a run as it was started: give no "
+                                      "config file and no --set with it")
+            return resume(Path(args.resume))
+        if not args.config:
+            raise ConfigFileError("give a config file (or --resume RUN_DIR)")
+        run_file = read_run_file(args.config, args.set, strict=args.strict)
+        _print_mapping(run_file)
+        run_file.check()
+    except (ConfigFileError, FileNotFoundError) as e:
+        print(f"rllib-llm train: error: {e}", file=sys.stderr)
+        return 2
+    run_dir = Path(args.run_dir or f"runs/{run_file.path.stem}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if run_dir.exists() and any(run_dir.iterdir()):
+        print(f"rllib-llm train: error: {run_dir} is not empty: continue that run with "
+              f"--resume {run_dir}, or pick another --run-dir", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        print(_dump(run_file.sections))
+        return 0
+    return start(run_file, run_dir)
+
+
+def start(run_file: RunFile, run_dir: Path) -> int:
+    from ray import tune
+
+    from rllib_llm.algorithm.rlvr import RLVR
+    from rllib_llm.cli.tune_runs import init_ray, run_config, write_run_file
+
+    run = run_file.run
+    write_run_file(run_dir, run_file.sections)
+    print(f"run directory: {run_dir} ({run['iterations']} iterations, a checkpoint every "
+          f"{run['checkpoint_every'] or 'run (at the end)'})", flush=True)
+    init_ray()
+    tuner = tune.Tuner(RLVR, param_space=run_file.to_config(),
+                       run_config=run_config(run_dir, run, progress_bar=run["progress"]))
+    return finish(tuner.fit(), run_dir)
+
+
+def resume(run_dir: Path) -> int:
+    from ray import tune
+
+    from rllib_llm.algorithm.rlvr import RLVR
+    from rllib_llm.cli.tune_runs import init_ray, read_run_file
+
+    read_run_file(run_dir)  # a run directory of ours, or a clear error
+    if not tune.Tuner.can_restore(str(run_dir.resolve())):
+        raise FileNotFoundError(f"{run_dir} holds no Tune experiment state to resume from")
+    init_ray()
+    print(f"resuming {run_dir} from its last checkpoint", flush=True)
+    tuner = tune.Tuner.restore(str(run_dir.resolve()), trainable=RLVR,
+                               resume_unfinished=True, resume_errored=True)
+    return finish(tuner.fit(), run_dir)
+
+
+def finish(results, run_dir: Path) -> int:
+    """Say how the run ended, where its checkpoints are and what to do with them."""
+    from rllib_llm import metric_names as m
+    from rllib_llm.cli.progress import result_value
+    from rllib_llm.cli.tune_runs import report_errors
+
+    status = report_errors(results)
+    result = results[0]
+    metrics = result.metrics or {}
+    done = metrics.get(m.ITERATION, 0)
+    parts = [f"{label} {value:.3f}" for label, key in
+             (("reward", m.REWARD), ("accuracy", m.ACCURACY))
+             if (value := result_value(metrics, key)) is not None]
+    print(f"{'failed' if status else 'done'} after {done} iterations: {', '.join(parts)}")
+    if result.checkpoint is not None:
+        print(f"last checkpoint: {result.checkpoint.path}")
+    print(f"next: rllib-llm plot {run_dir} | rllib-llm export {run_dir} OUT | "
+          f"rllib-llm eval {run_dir}")
+    return status
+
+
+def _print_mapping(run_file: RunFile) -> None:
+    if run_file.roll_report:
+        print(run_file.roll_report)
+    for note in run_file.notes:
+        print(note)
+
+
+def _dump(sections: dict) -> str:
+    import yaml
+
+    return yaml.safe_dump(sections, sort_keys=False)
