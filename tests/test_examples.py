@@ -1,4 +1,5 @@
-"""Every file in examples/ runs as a user would run it, with a short budget, and learns.
+"""Every file in examples/ runs as a user would run it, with a short budget, and learns (the
+config files through `rllib-llm train` here and `rllib-llm sweep` in tests/test_cli_sweep.py).
 
 An example takes `--iterations`, `--eval-problems` and `--min-gain` (accuracy points), prints a
 line starting with "learned:" when held-out accuracy rose by at least --min-gain, and exits with
@@ -15,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.py"))
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 
 # A gain clear of the evaluation's noise in a short run: 150 iterations of the TOPR example; 100 of
 # ROLL's PPO and TOPR configs, whose iterations (512 responses, a critic, a reference model) cost
@@ -43,6 +45,29 @@ def test_example_learns_with_a_short_budget(example):
     learned = re.search(r"^learned: ([+-][0-9.]+) points", run.stdout, re.MULTILINE)
     assert learned, out[-4000:]
     assert float(learned.group(1)) >= 8.0
+
+
+@pytest.mark.slow
+def test_the_train_file_example_learns_with_a_short_budget(tmp_path, untrained_greedy_accuracy):
+    """examples/embedded_topr.yaml (a config file, not a script) through `rllib-llm train`, as its
+    header says, evaluated greedily on 500 problems instead of sampled on 200 (less noise).
+    (The sweep example learns in tests/test_cli_sweep.py.)"""
+    import json
+
+    sets = ["run.iterations=60", "run.progress=false", "evaluation.evaluation_interval=30",
+            "evaluation.evaluation_config.eval_num_problems=500",
+            "evaluation.evaluation_config.temperature=0"]
+    run = subprocess.run([sys.executable, "-m", "rllib_llm.cli", "train",
+                          "examples/embedded_topr.yaml", "--run-dir", str(tmp_path / "run"),
+                          *(arg for s in sets for arg in ("--set", s))],
+                         capture_output=True, text=True, timeout=900, cwd=ROOT,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+    (result_file,) = (tmp_path / "run").glob("RLVR*/result.json")
+    held_out = {r["training_iteration"]: r["evaluation"]["pass@1"]
+                for r in map(json.loads, result_file.open()) if "evaluation" in r}
+    assert sorted(held_out) == [30, 60]
+    assert held_out[60] >= untrained_greedy_accuracy + 0.08, (untrained_greedy_accuracy, held_out)
 
 
 def test_demo_runs_its_iteration_budget_and_writes_the_run_directory(tmp_path):
