@@ -55,10 +55,9 @@ demo: setup $(if $(filter vllm,$(ENGINE)),setup-vllm)
 # The suite without vLLM (SmolLM2-135M included), slow tests too: every variant's and preset's
 # learning test, every file in examples/ with a short budget, and the wheel installed outside the
 # repo. TEST_WORKERS pytest processes (pytest-xdist) share the tests out: a learning test is one
-# single-threaded process, so on 2 cores two run side by side. Measured on 2 cores: 23.1 minutes
-# with worksteal (which evens out the long tests; 1,206 tests with the CLI's, 2026-11-25; 16.6
-# before them), 25.8 with xdist's default scheduling at 16.6's; the tests add up to ~45 minutes in
-# one process. All of .ci/run from a fresh clone (set-up, make test, make test-vllm): 30.8 minutes.
+# single-threaded process, so on 2 cores two run side by side; worksteal evens out the long tests.
+# Measured on 2 cores: 23.1 minutes for 1,206 tests (2026-11-25, with the CLI's). All of .ci/run
+# from a fresh clone (set-up, make test, make test-vllm): 30.8 minutes.
 # `make test-vllm` runs the tests marked vllm, one at a time (vLLM spawns engine processes).
 TEST_WORKERS ?= 2
 test: setup setup-smollm2
