@@ -79,11 +79,10 @@ def first_point(sweep: RunFile) -> RunFile:
 
 
 def start(sweep: RunFile, run_dir: Path) -> int:
+    import ray
     from ray import tune
 
     from rllib_llm.algorithm.rlvr import RLVR
-    import ray
-
     from rllib_llm.cli.tune_runs import (
         describe_resources,
         init_ray,
