@@ -73,7 +73,7 @@ def test_each_env_runner_draws_its_own_samples():
                             response_length=4)
             .env_runners(num_env_runners=2).build_algo())
     algo.train()
-    episodes, _ = algo._sample()
+    episodes = algo._sample(algo._learner_version()).episodes
     seeds = dict(algo.env_runner_group.foreach_env_runner(
         lambda r: (r.worker_index, r.last_sample_seed), local_env_runner=False))
     assert len(set(seeds.values())) == 2 and None not in seeds.values()

@@ -211,6 +211,7 @@ class RLVRConfig(AlgorithmConfig):
                 f"num_return_sequences_in_group >= 2, got {n}."
             )
         self._validate_rollout_engine()
+        self._validate_async()
         if self.tis_lower_bound > self.tis_upper_bound:
             raise ValueError(
                 f"RLVRConfig.tis_lower_bound={self.tis_lower_bound} exceeds tis_upper_bound="
@@ -376,8 +377,50 @@ class RLVRConfig(AlgorithmConfig):
         if self.rollout_engine == "vllm" and self.top_p < 1 and not self.recomputes_old_logp:
             raise ValueError(
                 f"RLVRConfig.top_p={self.top_p} with rollout_engine='vllm' needs "
-                "recompute_old_logp=True (or None): vLLM reports log-probs renormalised over the "
-                "top-p nucleus, not the learner's log-probs."
+                "recompute_old_logp=True (and in asynchronous training rollout_is_level too): "
+                "vLLM reports log-probs renormalised over the top-p nucleus, not the learner's "
+                "log-probs."
+            )
+
+    def _validate_async(self) -> None:
+        """async_generation_ratio and max_staleness: what the pipeline needs and can bound."""
+        k = self.async_generation_ratio
+        if self.max_staleness is not None and self.max_staleness < k:
+            raise ValueError(
+                f"RLVRConfig.max_staleness={self.max_staleness} is below async_generation_ratio="
+                f"{k}: generating {k} batches ahead makes every batch {k} updates old, so every "
+                f"one would be dropped. Set max_staleness >= {k}, or None (= {k})."
+            )
+        if not k or self.in_evaluation:
+            return
+        # RLlib's weight push (sync_weights) is an asynchronous call that RLlib drops while as many
+        # calls of its kind as this limit are queued on a runner; behind k batches of generation
+        # up to k pushes and k syncs of the runners' counters wait there. (Measured: with RLlib's
+        # default of 1, pushes were dropped and batches fell behind max_staleness.)
+        self.max_requests_in_flight_per_env_runner = max(
+            self.max_requests_in_flight_per_env_runner, 2 * k + 2)
+        if self.num_env_runners < 1:
+            raise ValueError(
+                f"RLVRConfig.async_generation_ratio={k} needs remote env runners "
+                "(.env_runners(num_env_runners=N), N >= 1): with num_env_runners=0 the driver "
+                "samples, and it cannot while its learner updates. Or set "
+                "async_generation_ratio=0."
+            )
+        if self.weight_sync_backend != "object_store":
+            raise ValueError(
+                f"RLVRConfig.weight_sync_backend={self.weight_sync_backend!r} with "
+                f"async_generation_ratio={k}: a broadcast needs every runner to join at once, "
+                "which would wait for the generation in flight; asynchronous training pushes "
+                "weights through the object store (weight_sync_backend='object_store')."
+            )
+        if self.recomputes_old_logp and self.rollout_is_level is None:
+            raise ValueError(
+                f"RLVRConfig.recompute_old_logp=True with async_generation_ratio={k} and no "
+                "rollout_is_level: the recomputed old_logp are the learner's current policy, so "
+                "the pg_variant's ratio would not see the episodes' lag, and nothing would "
+                "correct it. Set rollout_is_level='token' (or 'sequence'): the rollout weights "
+                "pi_old / pi_behaviour correct the lag (decoupled PPO); or recompute_old_logp="
+                "False (or None): the ratio then uses the sampler's log-probs."
             )
 
     def held_out_env_overrides(self) -> dict[str, Any]:
@@ -395,10 +438,16 @@ class RLVRConfig(AlgorithmConfig):
 
     @property
     def recomputes_old_logp(self) -> bool:
-        """`recompute_old_logp` with its None resolved: on for the vLLM engine only."""
+        """`recompute_old_logp` with its None resolved: on for the vLLM engine in synchronous
+        training only (asynchronous training keeps the sampler's, which see the lag)."""
         if self.recompute_old_logp is None:
-            return self.rollout_engine == "vllm"
+            return self.rollout_engine == "vllm" and not self.async_generation_ratio
         return bool(self.recompute_old_logp)
+
+    @property
+    def resolved_max_staleness(self) -> int:
+        """`max_staleness` with its None resolved: async_generation_ratio."""
+        return self.async_generation_ratio if self.max_staleness is None else self.max_staleness
 
     @property
     def critic_spec(self) -> dict[str, Any] | None:

@@ -47,6 +47,12 @@ def positive_int(v: Any) -> str | None:
     )
 
 
+def non_negative_int(v: Any) -> str | None:
+    return None if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else (
+        "must be an integer >= 0"
+    )
+
+
 def training_temperature(v: Any) -> str | None:
     why = positive(v)
     return None if why is None else (
@@ -191,9 +197,17 @@ FIELDS: tuple[Field, ...] = (
           "sync and the group is rebuilt.", positive, "rollout"),
     Field("recompute_old_logp", None,
           "Recompute old_logp with the learner's model before the first epoch, keeping the "
-          "sampler's log-probs as rollout_logp (logged: rollout_kl_k1/k3). None = True with "
-          "rollout_engine='vllm', whose kernels differ from the learner's, else False (the torch "
-          "engine's log-probs equal the learner's).", optional(boolean), "rollout"),
+          "sampler's log-probs as rollout_logp (logged: rollout_kl_k1/k3). Without it old_logp "
+          "are the sampler's behaviour log-probs, so the pg_variant's ratio measures the real "
+          "lag of the policy behind the weights that sampled (logged: "
+          "learners/default_policy/old_logp_recomputed = 0 or 1). None = True with "
+          "rollout_engine='vllm' in synchronous training (its kernels differ from the "
+          "learner's), else False (the torch engine's log-probs equal the learner's; and with "
+          "async_generation_ratio >= 1 the ratio must see the lag). Recomputing in asynchronous "
+          "training needs rollout_is_level: the recomputed old_logp are the learner's current "
+          "policy (AReaL's proximal policy), and the rollout importance weights pi_old / "
+          "pi_behaviour are what corrects the lag then (decoupled PPO).",
+          optional(boolean), "rollout"),
     Field("rollout_is_level", None,
           "Truncated importance weights pi_old / pi_rollout on the per-token pg loss, correcting "
           "the sampler/learner mismatch (verl's rollout_is; Yao et al. 2025, "
@@ -203,6 +217,23 @@ FIELDS: tuple[Field, ...] = (
     Field("rollout_is_threshold", 2.0,
           "Cap C of the rollout importance weights (verl's rollout_is_threshold).", positive,
           "rollout"),
+    Field("async_generation_ratio", 0,
+          "Asynchronous training (ROLL's name): with k >= 1 the remote env runners keep "
+          "generating up to k batches ahead of the learner with the weights they hold, while it "
+          "updates; each update's weights are pushed behind the generation in flight, without "
+          "stopping the runners. A batch is then k updates old when it is trained on (its "
+          "staleness; see max_staleness), and the off-policy pg_variants (tis, topr, cispo, "
+          "kimi15, ppo's ratio) correct for it with the sampler's log-probs as old_logp. 0 = "
+          "synchronous: sample, update, sync, in turn. Needs num_env_runners >= 1 and "
+          "weight_sync_backend='object_store'.", non_negative_int, "rollout"),
+    Field("max_staleness", None,
+          "Asynchronous training: the most weight versions an episode may lag behind the "
+          "learner when it is trained on (its staleness: the learner's updates so far minus the "
+          "version that sampled it). Older episodes are dropped, by prompt group, and their "
+          "prompts' share sampled again (counted: async_sampling/num_dropped_episodes). None = "
+          "async_generation_ratio, the lag the pipeline itself produces; smaller values are "
+          "rejected (every batch would be dropped). Larger ones tolerate runners that fall "
+          "behind (a failed weight push).", optional(non_negative_int), "rollout"),
     Field("num_torch_threads", 1,
           "torch threads in each learner and env-runner process, the driver included when "
           "they run there (None = torch's default, one per core). Measured on 2 cores: one "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from ray.rllib.algorithms.algorithm import Algorithm
@@ -13,6 +14,14 @@ from ray.rllib.utils.metrics import (
     TIMERS,
 )
 
+from rllib_llm.algorithm.async_sampling import (
+    ASYNC_RESULTS,
+    LEARNER_WAIT_S,
+    AsyncSampler,
+    Batch,
+    staleness,
+    staleness_metrics,
+)
 from rllib_llm.algorithm.evaluation import (
     check_held_out,
     evaluation_metrics,
@@ -23,8 +32,10 @@ from rllib_llm.rollout.env_runner import SAMPLER_STATE
 from rllib_llm.rollout.evaluation import EvalShard
 
 # Our part of the algorithm's checkpoint: each remote env runner's sampler state (RLlib saves
-# only the driver's env runner, which does not sample when there are remote ones).
+# only the driver's env runner, which does not sample when there are remote ones), and in
+# asynchronous training the batches generated ahead.
 REMOTE_SAMPLERS = "rlvr_remote_samplers"
+ASYNC_BATCHES = "rlvr_async_batches"
 
 # Timer names (under timers/ in the results): the phases of one iteration.
 SAMPLE_TIMER = "sample"  # generate + verify (split further in env_runners/time_*_s)
@@ -47,11 +58,25 @@ class RLVR(Algorithm):
 
             self._weight_broadcast = BroadcastWeightSync(config, self.learner_group,
                                                          self.env_runner_group)
+        self._async = None
+        if config.async_generation_ratio:
+            self._async = AsyncSampler(
+                self.env_runner_group, ahead=config.async_generation_ratio,
+                max_staleness=config.resolved_max_staleness, num_parts=config.num_env_runners,
+                num_prompts=config.rollout_batch_size // config.num_env_runners,
+                restore_runners=lambda: self.restore_env_runners(self.env_runner_group),
+                resync_runners=lambda ids: self.env_runner_group.sync_weights(
+                    from_worker_or_learner_group=self.learner_group, to_worker_indices=ids,
+                    inference_only=True),
+                restore_timeout_s=config.env_runner_restore_timeout_s)
 
     def training_step(self) -> None:
         with self.metrics.log_time((TIMERS, SAMPLE_TIMER), reduce="mean", window=1):
-            episodes, runner_metrics = self._sample()
-        self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
+            batch = self._sample(self._learner_version())
+        self.metrics.aggregate(batch.runner_metrics, key=ENV_RUNNER_RESULTS)
+        for name, value in batch.metrics.items():
+            self.metrics.log_value((ASYNC_RESULTS, name), value, window=1)
+        episodes = batch.episodes
 
         with self.metrics.log_time((TIMERS, LEARN_TIMER), reduce="mean", window=1):
             learner_results = self.learner_group.update(
@@ -68,6 +93,12 @@ class RLVR(Algorithm):
 
         with self.metrics.log_time((TIMERS, SYNC_TIMER), reduce="mean", window=1):
             self._sync_weights()
+
+    def _learner_version(self) -> int:
+        """The version of the learner's weights: RLlib's weights sequence number, one per
+        update, which every weight sync hands to the env runners with the weights."""
+        results = self.learner_group.foreach_learner(lambda learner: learner.weights_version())
+        return int(results.result_or_errors[0].get())
 
     def _sync_weights(self) -> None:
         """Learner -> env runners: a broadcast when configured and possible, else RLlib's
@@ -104,6 +135,8 @@ class RLVR(Algorithm):
                 lambda r: (r.worker_index, r.get_state(components=SAMPLER_STATE)),
                 local_env_runner=False)
             state[REMOTE_SAMPLERS] = {index: s[SAMPLER_STATE] for index, s in states}
+        if self._async is not None:
+            state[ASYNC_BATCHES] = self._async.get_state()
         return state
 
     def set_state(self, state) -> None:
@@ -117,18 +150,27 @@ class RLVR(Algorithm):
                 lambda r: r.set_state({SAMPLER_STATE: samplers[r.worker_index]})
                 if r.worker_index in samplers else None,
                 local_env_runner=False)
+        if self._async is not None and ASYNC_BATCHES in state:
+            self._async.set_state(state[ASYNC_BATCHES])
 
-    def _sample(self):
-        """Episodes and metrics from every env runner (the local one when there are none)."""
+    def _sample(self, learner_version: int) -> Batch:
+        """This iteration's episodes: generated ahead (asynchronous training), or now by every
+        env runner (the local one when there are none)."""
+        if self._async is not None:
+            return self._async.next_batch(learner_version)
+        start = time.perf_counter()
         group = self.env_runner_group
         if group.num_remote_env_runners() == 0:
             runner = group.local_env_runner
-            return runner.sample(), [runner.get_metrics()]
-        results = group.foreach_env_runner(
-            lambda r: (r.sample(), r.get_metrics()), local_env_runner=False
-        )
+            results = [(runner.sample(), runner.get_metrics())]
+        else:
+            results = group.foreach_env_runner(
+                lambda r: (r.sample(), r.get_metrics()), local_env_runner=False
+            )
         episodes = [e for eps, _ in results for e in eps]
-        return episodes, [m for _, m in results]
+        metrics = staleness_metrics(staleness(episodes, learner_version), 0)
+        metrics[LEARNER_WAIT_S] = time.perf_counter() - start
+        return Batch(episodes, [m for _, m in results], metrics)
 
     # --- evaluation -----------------------------------------------------------------------------
     def evaluate(self, parallel_train_future=None) -> dict[str, Any]:

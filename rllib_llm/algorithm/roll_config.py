@@ -75,7 +75,7 @@ COMBINED_KEYS = REWARD_NORM_KEYS + CLIP_RANGE_KEYS
 _ROLES = ("actor_train", "actor_infer", "critic", "reference", "reward", "rewards",
           "reward_model", "validation", "teacher", "student_train", "student_infer")
 _PLACEMENT = ("num_gpus_per_node", "num_nodes", "device_mapping", "strategy_args", "local_rank",
-              "rpc_timeout", "max_running_requests", "async_generation_ratio",
+              "rpc_timeout", "max_running_requests",
               "is_offload_states", "is_offload_optimizer_states_in_train_step",
               "model_update_buffer_size_mb", "transfer_backend", "router_args",
               "generate_opt_level", "is_num_return_sequences_expand", "model_download_type")

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from rllib_llm.algorithm.fields import Field, boolean, non_negative, one_of, optional, positive_int
+from rllib_llm.algorithm.fields import (
+    Field,
+    boolean,
+    non_negative_int,
+    one_of,
+    optional,
+    positive_int,
+)
 from rllib_llm.metric_names import HELD_OUT_ACCURACY, METRICS
-
-
-def _non_negative_int(v: Any) -> str | None:
-    is_int = isinstance(v, int) and not isinstance(v, bool)
-    return None if is_int and non_negative(v) is None else "must be an integer >= 0"
 
 
 def _metric(v: Any) -> str | None:
@@ -35,7 +37,7 @@ RUN_FIELDS: tuple[Field, ...] = (
           positive_int, "run"),
     Field("checkpoint_every", 10,
           "Iterations between checkpoints (Tune's `checkpoint_frequency`); 0 checkpoints only "
-          "at the end. Every run also checkpoints when it ends.", _non_negative_int, "run"),
+          "at the end. Every run also checkpoints when it ends.", non_negative_int, "run"),
     Field("keep_checkpoints", 3,
           "Checkpoints kept on disk (Tune's `num_to_keep`): the most recent ones, or with "
           "`checkpoint_score` the best ones by it; the latest is always kept too, to resume "

@@ -23,6 +23,9 @@ KL_IN_REWARD = "kl_in_reward"
 SCORE_MEAN = "score_mean"
 ADVANTAGE_MEAN = "advantage_mean"
 ADVANTAGE_ABS_MEAN = "advantage_abs_mean"
+# 1 when old_logp (the pg_variant's ratio denominator) were recomputed by the learner (then the
+# sampler's are rollout_logp), 0 when they are the sampler's behaviour log-probs.
+OLD_LOGP_RECOMPUTED = "old_logp_recomputed"
 
 
 class PackAndComputeAdvantages(ConnectorV2):
@@ -52,6 +55,7 @@ class PackAndComputeAdvantages(ConnectorV2):
         mask = data["action_mask"]
         if cfg.recomputes_old_logp:
             self._recompute_old_logp(module, data, metrics)
+        self._log(metrics, OLD_LOGP_RECOMPUTED, float(cfg.recomputes_old_logp))
         if module.has_reference:
             data["ref_logp"] = module.score_tokens(data, reference=True)
         values = None

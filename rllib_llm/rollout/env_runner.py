@@ -61,6 +61,10 @@ SAMPLER_STATE = "rlvr_sampler"
 # store, or receiving a broadcast). RLlib's object-store sync does not wait for it, so the
 # driver's weight_sync timer leaves it out; it then delays the next sample instead.
 WEIGHT_LOAD_S = "time_weight_load_s"
+# Seconds from the end of this runner's previous sample() to the start of this one: waiting for
+# the learner (synchronous training), receiving weights, evaluating; asynchronous training keeps
+# it to the weight loads. The mean over the runners' sample calls of the iteration.
+IDLE_S = "time_idle_s"
 # Multi-turn envs only: means over the batch's episodes (see `_log_turn_metrics`).
 TURNS_MEAN = "turns_mean"
 TOOL_CALLS_MEAN = "tool_calls_mean"
@@ -85,6 +89,7 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         self._sample_calls = 0  # training sample() calls so far: they seed the sampler
         self._weights_seq_no = 0  # version of the weights the engine samples with
         self._module_seq_no = 0  # version of the weights in self.module (what get_state returns)
+        self._last_sample_end: float | None = None  # perf_counter() when sample() last returned
         self.env = self._make_env(self._env_config())
         self._eval_env = None
         self._eval_env_config: dict[str, Any] | None = None  # what _eval_env was built from
@@ -207,8 +212,16 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         return self.config.rollout_batch_size // max(1, self.config.num_env_runners)
 
     def sample(self, *, num_prompts: int | None = None, **kwargs) -> list[SingleAgentEpisode]:
+        start = time.perf_counter()
+        if self._last_sample_end is not None:
+            self.metrics.log_value(IDLE_S, start - self._last_sample_end, window=1)
+        try:
+            return self._sample(num_prompts or self.num_prompts_per_sample())
+        finally:
+            self._last_sample_end = time.perf_counter()
+
+    def _sample(self, num_prompts: int) -> list[SingleAgentEpisode]:
         n = self.config.num_return_sequences_in_group
-        num_prompts = num_prompts or self.num_prompts_per_sample()
         prompts = [self.env.reset() for _ in range(num_prompts)]  # (obs, info) per prompt
         if getattr(self.env, "multi_turn", False):
             return self._sample_multi_turn([info["prompt_index"] for _, info in prompts], n)
