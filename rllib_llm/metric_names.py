@@ -36,6 +36,13 @@ VALUE_LOSS = "learners/default_policy/value_loss"  # adv_estimator="gae" only
 TIME_SAMPLE_S = "timers/sample"
 TIME_LEARN_S = "timers/learn"
 TIME_WEIGHT_SYNC_S = "timers/weight_sync"
+# Staleness and idle time (rllib_llm/algorithm/async_sampling.py), synchronous training too.
+STALENESS_MEAN = "async_sampling/staleness_mean"
+STALENESS_MAX = "async_sampling/staleness_max"
+DROPPED_FRACTION = "async_sampling/dropped_fraction"
+LEARNER_WAIT_S = "async_sampling/learner_wait_s"
+RUNNER_IDLE_S = "env_runners/time_idle_s"
+OLD_LOGP_RECOMPUTED = "learners/default_policy/old_logp_recomputed"
 
 METRICS: Mapping[str, str] = MappingProxyType({
     ITERATION: "training iterations done",
@@ -58,6 +65,15 @@ METRICS: Mapping[str, str] = MappingProxyType({
     TIME_SAMPLE_S: "seconds generating and verifying this iteration",
     TIME_LEARN_S: "seconds updating this iteration",
     TIME_WEIGHT_SYNC_S: "seconds sending weights to the env runners this iteration",
+    STALENESS_MEAN: "weight versions the batch's episodes lag behind the learner, mean "
+                    "(async_generation_ratio k: k once k updates are done; 0 synchronously)",
+    STALENESS_MAX: "the same, the batch's largest (never above max_staleness)",
+    DROPPED_FRACTION: "share of this iteration's episodes dropped as older than max_staleness "
+                      "(and sampled again)",
+    LEARNER_WAIT_S: "seconds the learner waited for this iteration's batch",
+    RUNNER_IDLE_S: "seconds an env runner waited between two sample calls (mean over runners)",
+    OLD_LOGP_RECOMPUTED: "1 if old_logp were recomputed by the learner, 0 if they are the "
+                         "sampler's behaviour log-probs (recompute_old_logp)",
 })
 
 

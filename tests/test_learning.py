@@ -62,13 +62,13 @@ CRITIC_PRESETS = {"vc_ppo": MIN_GAIN, "vapo": 0.03}
 
 
 def accuracy_gain(pg_variant: str = "ppo", *, preset: str | None = None,
-                  **overrides) -> tuple[float, float]:
+                  num_env_runners: int = 0, **overrides) -> tuple[float, float]:
     """(before, after) held-out accuracy around LEARNING_ITERATIONS training iterations, of the
     embedded config with `pg_variant`, or of the algorithm `preset` (which sets its own
     pg_variant) sized for the embedded task."""
     config = embedded_preset_config(preset, seed=SEED, **overrides) if preset else \
         embedded_config(pg_variant, seed=SEED, **overrides)
-    algo = config.build_algo()
+    algo = config.env_runners(num_env_runners=num_env_runners).build_algo()
     before = held_out_accuracy(algo)
     for _ in range(LEARNING_ITERATIONS):
         algo.train()
@@ -87,6 +87,13 @@ def test_pg_variant_raises_held_out_accuracy(pg_variant):
 @pytest.mark.parametrize("name", sorted(ESTIMATORS))
 def test_advantage_estimator_raises_held_out_accuracy(name):
     before, after = accuracy_gain("ppo", **ESTIMATORS[name])
+    assert after - before >= MIN_GAIN, (before, after)
+
+
+def test_asynchronous_topr_raises_held_out_accuracy():
+    """TOPR with a batch generated ahead on a remote env runner: every batch after the first is
+    one update old, and the ratio sees it (the sampler's log-probs are old_logp)."""
+    before, after = accuracy_gain("topr", num_env_runners=1, async_generation_ratio=1)
     assert after - before >= MIN_GAIN, (before, after)
 
 

@@ -225,7 +225,9 @@ FIELDS: tuple[Field, ...] = (
           "staleness; see max_staleness), and the off-policy pg_variants (tis, topr, cispo, "
           "kimi15, ppo's ratio) correct for it with the sampler's log-probs as old_logp. 0 = "
           "synchronous: sample, update, sync, in turn. Needs num_env_runners >= 1 and "
-          "weight_sync_backend='object_store'.", non_negative_int, "rollout"),
+          "weight_sync_backend='object_store', and raises RLlib's "
+          "max_requests_in_flight_per_env_runner to 2k + 2 (RLlib drops a weight push while as "
+          "many calls of its kind wait on a runner).", non_negative_int, "rollout"),
     Field("max_staleness", None,
           "Asynchronous training: the most weight versions an episode may lag behind the "
           "learner when it is trained on (its staleness: the learner's updates so far minus the "

@@ -16,7 +16,10 @@ from ray.rllib.utils.metrics import (
 
 from rllib_llm.algorithm.async_sampling import (
     ASYNC_RESULTS,
+    BATCHES_IN_FLIGHT,
+    DROPPED_FRACTION,
     LEARNER_WAIT_S,
+    NUM_DROPPED,
     AsyncSampler,
     Batch,
     staleness,
@@ -169,7 +172,8 @@ class RLVR(Algorithm):
             )
         episodes = [e for eps, _ in results for e in eps]
         metrics = staleness_metrics(staleness(episodes, learner_version), 0)
-        metrics[LEARNER_WAIT_S] = time.perf_counter() - start
+        metrics.update({NUM_DROPPED: 0.0, DROPPED_FRACTION: 0.0, BATCHES_IN_FLIGHT: 0.0,
+                        LEARNER_WAIT_S: time.perf_counter() - start})
         return Batch(episodes, [m for _, m in results], metrics)
 
     # --- evaluation -----------------------------------------------------------------------------
