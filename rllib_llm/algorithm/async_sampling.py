@@ -9,12 +9,14 @@ runner, each call with a tag of its own so its result can be waited for alone.
 Why the lag is exactly k: a Ray actor runs the calls it receives one at a time, in the order they
 were sent. The weights of update t are pushed (RLlib's fire-and-forget `sync_weights`) behind the
 sample calls already queued on each runner: those finish with the weights they started with, and
-every later call samples with the new ones. At the start of update t the driver requests batch
-t + k, behind the push of version t - 1, and trains on batch t, requested at update t - k behind
-the push of version t - k - 1: it is k updates old (its staleness), fewer during the first k
-updates. `max_staleness` bounds it anyway: a runner whose push failed falls further behind; its
-episodes are dropped by prompt group, it is sent the learner's weights, and it samples their
-prompts' share again.
+every later call samples with the new ones. (RLlib drops a push while
+`max_requests_in_flight_per_env_runner` calls of its kind wait on a runner; RLVRConfig raises
+that limit to 2k + 2 in asynchronous training, so none is.) At the start of update t the
+driver requests batch t + k, behind the push of version t - 1, and trains on batch t, requested
+at update t - k behind the push of version t - k - 1: it is k updates old (its staleness), fewer
+during the first k updates. `max_staleness` bounds it anyway: a runner whose push failed falls
+further behind; its episodes are dropped by prompt group, it is sent the learner's weights, and
+it samples their prompts' share again.
 
 Runner failures: a part whose runner died is sampled again by a healthy runner (after RLlib's
 `restore_env_runners` brought the dead one back, when it can). Checkpoints: `get_state` waits for
