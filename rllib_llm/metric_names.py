@@ -71,7 +71,8 @@ METRICS: Mapping[str, str] = MappingProxyType({
     DROPPED_FRACTION: "share of this iteration's episodes dropped as older than max_staleness "
                       "(and sampled again)",
     LEARNER_WAIT_S: "seconds the learner waited for this iteration's batch",
-    RUNNER_IDLE_S: "seconds an env runner waited between two sample calls (mean over runners)",
+    RUNNER_IDLE_S: "seconds an env runner waited between two sample calls (mean over runners; "
+                   "0 at a runner's first)",
     OLD_LOGP_RECOMPUTED: "1 if old_logp were recomputed by the learner, 0 if they are the "
                          "sampler's behaviour log-probs (recompute_old_logp)",
 })

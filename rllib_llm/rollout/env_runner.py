@@ -63,7 +63,8 @@ SAMPLER_STATE = "rlvr_sampler"
 WEIGHT_LOAD_S = "time_weight_load_s"
 # Seconds from the end of this runner's previous sample() to the start of this one: waiting for
 # the learner (synchronous training), receiving weights, evaluating; asynchronous training keeps
-# it to the weight loads. The mean over the runners' sample calls of the iteration.
+# it to the weight loads. 0 for a runner's first sample. The mean over the runners' sample calls
+# of the iteration.
 IDLE_S = "time_idle_s"
 # Multi-turn envs only: means over the batch's episodes (see `_log_turn_metrics`).
 TURNS_MEAN = "turns_mean"
@@ -213,8 +214,9 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
 
     def sample(self, *, num_prompts: int | None = None, **kwargs) -> list[SingleAgentEpisode]:
         start = time.perf_counter()
-        if self._last_sample_end is not None:
-            self.metrics.log_value(IDLE_S, start - self._last_sample_end, window=1)
+        # (0 before the first sample: every iteration's results carry the metric.)
+        idle = 0.0 if self._last_sample_end is None else start - self._last_sample_end
+        self.metrics.log_value(IDLE_S, idle, window=1)
         try:
             return self._sample(num_prompts or self.num_prompts_per_sample())
         finally:
