@@ -241,6 +241,26 @@ def test_a_killed_env_runner_is_restored_and_asynchronous_training_goes_on():
 
 
 @pytestmark_ray
+def test_held_out_evaluation_on_the_training_runners_waits_for_the_generation_in_flight():
+    # Without evaluation runners the training runners score the held-out problems: the call
+    # queues behind the batches they generate ahead and the latest weight push, so it scores the
+    # learner's current policy, and the pipeline goes on.
+    algo = embedded_config("topr", seed=0, **SMALL, async_generation_ratio=1) \
+        .env_runners(num_env_runners=1) \
+        .evaluation(evaluation_interval=1,
+                    evaluation_config={"eval_num_problems": 8, "temperature": 0}) \
+        .build_algo()
+    results = [algo.train() for _ in range(3)]
+    # A call sent now (as evaluation's is) runs after the last push: with the learner's weights.
+    versions = algo.env_runner_group.foreach_env_runner(
+        lambda r: r.engine.weight_version, local_env_runner=False)
+    assert versions == [algo._learner_version()] == [3]
+    algo.stop()
+    assert all(r["evaluation"]["num_problems"] == 8 for r in results)
+    assert [r["async_sampling"]["staleness_mean"] for r in results] == [0.0, 1.0, 1.0]
+
+
+@pytestmark_ray
 def test_a_checkpoint_taken_in_asynchronous_training_resumes_the_same_run(tmp_path):
     def build():
         return embedded_config("topr", seed=0, **SMALL, async_generation_ratio=2) \
