@@ -224,10 +224,28 @@ class RLVRConfig(AlgorithmConfig):
                 "and Adam moments without float32 master weights and loss scaling underflow. Use "
                 "'bfloat16' (same memory, float32's range) or 'float32'."
             )
-        if self.num_learners > 1:
+        self._validate_learners()
+
+    def _validate_learners(self) -> None:
+        """Several learners (DDP) share every mini-batch's prompt groups equally."""
+        learners = self.num_learners
+        if learners <= 1 or self.in_evaluation:
+            return
+        n = self.num_return_sequences_in_group
+        groups = (self.mini_batch_size or self.rollout_batch_size * n) // n
+        if groups % learners:
             raise ValueError(
-                f"RLVRConfig.num_learners={self.num_learners}: data-parallel learners would split "
-                "prompt groups across shards; use num_learners <= 1 (DeepSpeed arrives later)."
+                f"RLVRConfig.num_learners={learners}: each learner trains on an equal share of "
+                f"every mini-batch's whole prompt groups, and a mini-batch holds {groups} groups "
+                f"(mini_batch_size={self.mini_batch_size}, rollout_batch_size="
+                f"{self.rollout_batch_size}, num_return_sequences_in_group={n}). Make the number "
+                f"of groups per mini-batch a multiple of {learners}."
+            )
+        if self.weight_sync_backend != "object_store":
+            raise ValueError(
+                f"RLVRConfig.weight_sync_backend={self.weight_sync_backend!r} with num_learners="
+                f"{learners}: the broadcast group has one sending learner; several learners sync "
+                "through the object store (weight_sync_backend='object_store'), from learner 0."
             )
 
     def _validate_critic(self, needs_critic: bool) -> None:

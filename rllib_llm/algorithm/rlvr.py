@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import ray
 from ray.rllib.algorithms.algorithm import Algorithm
 from ray.rllib.callbacks.utils import make_callback
 from ray.rllib.utils.metrics import (
@@ -82,20 +83,29 @@ class RLVR(Algorithm):
         episodes = batch.episodes
 
         with self.metrics.log_time((TIMERS, LEARN_TIMER), reduce="mean", window=1):
-            learner_results = self.learner_group.update(
-                episodes=episodes,
-                timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
-                    (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)},
-                # The whole batch in one call: RLVRLearner runs the ppo_epochs x mini-batch
-                # optimizer steps itself, counting responses and keeping prompt groups whole
-                # (RLlib's iterator counts env steps, which are tokens here).
-                num_epochs=1,
-                minibatch_size=None,
-            )
+            learner_results = self._update_learners(episodes)
         self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
 
         with self.metrics.log_time((TIMERS, SYNC_TIMER), reduce="mean", window=1):
             self._sync_weights()
+
+    def _update_learners(self, episodes: list) -> list[dict[str, Any]]:
+        """One update of every learner on `episodes`; their results."""
+        n = self.config.num_learners
+        # With several learners, the whole batch for each (one object in the object store, a
+        # ref per learner; learner/data_parallel.py says why): RLlib's episode sharding would
+        # cut it into equal numbers of tokens, splitting prompt groups.
+        data = {"episodes": episodes} if n <= 1 else {"episodes_refs": [ray.put(episodes)] * n}
+        return self.learner_group.update(
+            **data,
+            timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
+                (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)},
+            # The whole batch in one call: RLVRLearner runs the ppo_epochs x mini-batch
+            # optimizer steps itself, counting responses and keeping prompt groups whole
+            # (RLlib's iterator counts env steps, which are tokens here).
+            num_epochs=1,
+            minibatch_size=None,
+        )
 
     def _learner_version(self) -> int:
         """The version of the learner's weights: RLlib's weights sequence number, one per

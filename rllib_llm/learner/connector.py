@@ -2,7 +2,9 @@
 
 Runs once per training iteration on the whole rollout batch, before RLlib splits it into
 mini-batches, because batch whitening, group baselines and running reward statistics are
-properties of the whole batch (ALGORITHMS.md, "Rewards and advantages").
+properties of the whole batch (ALGORITHMS.md, "Rewards and advantages"). With several learners
+each one runs it on the whole batch, scoring only its share of the prompt groups
+(`data_parallel.py`), so all of them hold the same advantages and statistics.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 
 from rllib_llm import core
 from rllib_llm.exchange.columns import TURN_REWARDS
+from rllib_llm.learner.data_parallel import score_rows
 from rllib_llm.learner.packing import pack_episodes
 
 # Metric names this connector logs (under the learner's results).
@@ -50,17 +53,18 @@ class PackAndComputeAdvantages(ConnectorV2):
     def __call__(self, *, rl_module, batch, episodes, explore=None, shared_data=None,
                  metrics=None, **kwargs) -> Any:
         cfg = self.cfg
-        module = rl_module[DEFAULT_MODULE_ID]
+        module = rl_module[DEFAULT_MODULE_ID].unwrapped()  # not DDP's wrapper: it only scores
         data = pack_episodes(episodes, cfg.num_return_sequences_in_group, self.pad_token_id)
         mask = data["action_mask"]
         if cfg.recomputes_old_logp:
             self._recompute_old_logp(module, data, metrics)
         self._log(metrics, OLD_LOGP_RECOMPUTED, float(cfg.recomputes_old_logp))
         if module.has_reference:
-            data["ref_logp"] = module.score_tokens(data, reference=True)
+            data["ref_logp"] = self._score(lambda rows: module.score_tokens(
+                rows, reference=True), data)
         values = None
         if module.has_critic:  # V_old: the critic's values at rollout time (adv_estimator gae)
-            values = module.score_values(data).to(mask.device).float() * mask  # (B, T)
+            values = self._score(module.score_values, data).to(mask.device).float() * mask
         token_kl = None
         if cfg.add_token_level_kl:
             # KL of the behaviour policy to the reference, charged in the reward (REINFORCE++).
@@ -113,11 +117,16 @@ class PackAndComputeAdvantages(ConnectorV2):
         """
         mask = data["action_mask"]
         data["rollout_logp"] = data["old_logp"]
-        old_logp = module.score_tokens(data, reference=False).to(mask.device).float()  # (B, T)
+        old_logp = self._score(lambda rows: module.score_tokens(rows, reference=False), data)
+        old_logp = old_logp.to(mask.device).float()  # (B, T)
         data["old_logp"] = torch.where(mask.bool(), old_logp, torch.zeros_like(old_logp))
         mismatch = core.rollout_mismatch_kl(data["old_logp"], data["rollout_logp"], mask)
         for name, value in mismatch.items():
             self._log(metrics, name, value.item())
+
+    def _score(self, fn, data: dict[str, torch.Tensor]) -> torch.Tensor:
+        """fn(data) (B, T), each learner scoring its share of the prompt groups."""
+        return score_rows(fn, data, group_size=self.cfg.num_return_sequences_in_group)
 
     @staticmethod
     def _log(metrics, name: str, value: float) -> None:

@@ -15,10 +15,14 @@ mini-batches of whole prompt groups (`minibatches.py`), one optimizer step each.
 normalised by the counts of the whole mini-batch, computed before it is split into
 micro-batches, so `micro_batch_size` changes memory use and nothing else — the logged metrics
 included: they are the mini-batch's values, averaged over the iteration's optimizer steps.
+
+With `num_learners >= 2` (DDP) every learner takes the same steps, each on its share of every
+mini-batch's prompt groups, and the update is the one-learner update (`data_parallel.py`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -29,6 +33,7 @@ from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 from rllib_llm import core
 from rllib_llm.exchange.columns import CORRECT
 from rllib_llm.exchange.threads import set_torch_threads
+from rllib_llm.learner import data_parallel
 from rllib_llm.learner.minibatches import minibatch_rows
 from rllib_llm.learner.step_metrics import StepMetrics
 
@@ -105,6 +110,13 @@ class RLVRLearner(TorchLearner):
         # The frozen reference model is part of the module but never optimised.
         return [p for p in module.parameters() if p.requires_grad]
 
+    def _log_steps_trained_metrics(self, batch) -> None:
+        """RLlib sums the rows and env steps each learner trained on: with several learners
+        each holds the whole batch and trains its share (`data_parallel.py`), so log that."""
+        rank, world = data_parallel.rank_and_world()
+        super()._log_steps_trained_metrics(
+            batch if world == 1 else data_parallel.BatchShare(batch, rank, world))
+
     def _get_optimizer_state(self) -> dict[str, Any]:
         # RLlib converts optimizer state to numpy, which has no bfloat16 (Adam's moments of a
         # bf16 model are bf16): keep torch tensors, as RLVRModule.get_state does.
@@ -157,22 +169,36 @@ class RLVRLearner(TorchLearner):
         they were); `max_consecutive_nonfinite_steps` skipped in a row stop training.
         """
         cfg = self.config
+        # The normalisers are the whole mini-batch's, on every data-parallel rank.
         mask = mini["action_mask"]
         self._counts = core.agg_counts(mask)
         positive = _positive(mini)[:, None]  # (B, 1)
         self._term_counts = {
             "positive": (mask * positive).sum(), "negative": (mask * (1 - positive)).sum(),
         }
+        rank, world = data_parallel.rank_and_world()
+        rows = data_parallel.rank_rows(torch.arange(mask.shape[0]),
+                                       group_size=cfg.num_return_sequences_in_group,
+                                       rank=rank, world=world)
+        mine = {k: v[rows.to(v.device)] for k, v in mini.items()}
         self._step_metrics = metrics = StepMetrics()
         for optim in self._optimizer_parameters:
             optim.zero_grad(set_to_none=True)
         total = torch.zeros((), dtype=torch.float64)
-        for micro in _split(mini, cfg.micro_batch_size):
-            fwd_out = self.module.forward_train({DEFAULT_MODULE_ID: micro})
-            loss = self.compute_losses(fwd_out=fwd_out, batch={DEFAULT_MODULE_ID: micro})[
-                DEFAULT_MODULE_ID]
-            loss.backward()
+        micros = list(_split(mine, cfg.micro_batch_size))
+        for i, micro in enumerate(micros):
+            # DDP all-reduces the gradients once per step, in the last micro-batch's backward.
+            with self._gradient_sync(last=i == len(micros) - 1):
+                fwd_out = self.module.forward_train({DEFAULT_MODULE_ID: micro})
+                loss = self.compute_losses(fwd_out=fwd_out, batch={DEFAULT_MODULE_ID: micro})[
+                    DEFAULT_MODULE_ID]
+                # DDP averages over ranks; each rank's piece is normalised by the whole
+                # mini-batch's counts, so world * mean = the sum of the pieces.
+                (loss * world).backward()
             total = total + loss.detach().double()
+        metrics.add_sum(TOTAL_LOSS, float(total))
+        step = data_parallel.all_reduce_step_metrics(metrics.values())
+        total = torch.tensor(step[TOTAL_LOSS], dtype=torch.float64)
         if self._pretraining:
             # The actor stays frozen: a shared trunk's value-loss gradient is dropped too.
             for pid, p in self._params.items():
@@ -187,12 +213,19 @@ class RLVRLearner(TorchLearner):
         else:
             self._nonfinite_in_a_row = 0
             self.apply_gradients(self.postprocess_gradients(grads))
-        metrics.add_sum(TOTAL_LOSS, float(total))
+        # Gradients are the same on every rank after DDP's all-reduce: so are their norms.
         if not self._pretraining:
-            metrics.add_sum(GRAD_NORM, float(actor_norm))
+            step[GRAD_NORM] = float(actor_norm)
         if self._has_critic:
-            metrics.add_sum(CRITIC_GRAD_NORM, float(critic_norm))
-        return metrics.values()
+            step[CRITIC_GRAD_NORM] = float(critic_norm)
+        return step
+
+    def _gradient_sync(self, *, last: bool):
+        """DDP's `no_sync()` for every micro-batch of a step but the last; nothing without DDP."""
+        module = self.module[DEFAULT_MODULE_ID]
+        if last or not hasattr(module, "no_sync"):
+            return contextlib.nullcontext()
+        return module.no_sync()
 
     def _skip_nonfinite_step(self, loss: float, grad_norm: float) -> None:
         cfg = self.config

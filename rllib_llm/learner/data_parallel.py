@@ -1,0 +1,106 @@
+"""Several learners (`num_learners >= 2`) that take exactly the update one learner takes.
+
+Every learner receives the whole rollout batch (a list of token episodes: small next to the
+model) and builds the same packed batch, advantages and mini-batch order from it, so batch-level
+statistics (whitening, running reward statistics, the adaptive KL coefficient) need no
+communication and every learner checkpoints the same state. The work is what is split:
+
+- scoring (old/reference log-probs, rollout-time values): each rank scores the prompt groups
+  g ≡ rank (mod world) of the batch and an all-reduce sums the disjoint pieces (`score_rows`);
+- each optimizer step: each rank trains on the groups g ≡ rank (mod world) of the mini-batch
+  (`rank_rows`), its loss normalised by the whole mini-batch's counts
+  (`rllib_llm.core.aggregation`) and multiplied by `world`, because DDP averages gradients:
+  the averaged gradient is then the sum of the pieces, the one-learner gradient.
+
+Prompt groups are never split, so a group baseline sees its whole group. Without torch
+distributed (one learner) every function is the identity of the one-learner code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+
+def rank_and_world() -> tuple[int, int]:
+    """(rank, world size) of this learner's process group; (0, 1) without one."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def rank_rows(rows: torch.Tensor, *, group_size: int, rank: int, world: int) -> torch.Tensor:
+    """The rows of whole prompt groups g ≡ rank (mod world) among `rows` (consecutive runs of
+    `group_size` rows per group, as `minibatches.minibatch_rows` returns them)."""
+    if world == 1:
+        return rows
+    if rows.numel() % (group_size * world):
+        raise ValueError(
+            f"rank_rows: {rows.numel()} rows in groups of {group_size} cannot be shared equally "
+            f"by {world} learners; each mini-batch needs a multiple of {world} prompt groups."
+        )
+    return rows.view(-1, group_size)[rank::world].reshape(-1)
+
+
+def score_rows(fn: Callable[[dict[str, torch.Tensor]], torch.Tensor],
+               data: dict[str, torch.Tensor], *, group_size: int) -> torch.Tensor:
+    """fn(data) (B, ...) computed by every rank on its share of the prompt groups, summed
+    across ranks: each row's value comes from exactly one rank, the rest add zeros."""
+    rank, world = rank_and_world()
+    if world == 1:
+        return fn(data)
+    n = data["action_mask"].shape[0]
+    rows = rank_rows(torch.arange(n), group_size=group_size, rank=rank, world=world)
+    part = fn({k: v[rows.to(v.device)] for k, v in data.items()
+               if isinstance(v, torch.Tensor) and v.shape[:1] == (n,)})
+    full = torch.zeros((n, *part.shape[1:]), dtype=part.dtype, device=part.device)
+    full[rows.to(part.device)] = part
+    dist.all_reduce(full, op=dist.ReduceOp.SUM)
+    return full
+
+
+def all_reduce_step_metrics(values: dict[str, float]) -> dict[str, float]:
+    """One optimizer step's metrics over all ranks: pieces add up (each was normalised by the
+    whole mini-batch's counts), `*_max` / `*_min` take the max / min. Every rank must log the
+    same names (they run the same code on equal shares)."""
+    _, world = rank_and_world()
+    if world == 1:
+        return values
+    names = sorted(values)
+    out = {}
+    for suffix, op in (("_max", dist.ReduceOp.MAX), ("_min", dist.ReduceOp.MIN), ("", None)):
+        chosen = [n for n in names if n not in out and (n.endswith(suffix) if suffix else True)]
+        if not chosen:
+            continue
+        tensor = torch.tensor([values[n] for n in chosen], dtype=torch.float64,
+                              device=_device())
+        dist.all_reduce(tensor, op=op or dist.ReduceOp.SUM)
+        out.update(zip(chosen, tensor.tolist()))
+    return out
+
+
+class BatchShare:
+    """What RLlib's step counters read of a batch (`policy_batches` lengths and `env_steps()`),
+    as one rank's share of it: rows and env steps split as evenly as whole units allow, so that
+    summed over ranks every one counts once."""
+
+    def __init__(self, batch, rank: int, world: int) -> None:
+        self.policy_batches = {mid: range(_share(len(b), rank, world))
+                               for mid, b in batch.policy_batches.items()}
+        self._env_steps = _share(batch.env_steps(), rank, world)
+
+    def env_steps(self) -> int:
+        return self._env_steps
+
+
+def _share(total: int, rank: int, world: int) -> int:
+    return total // world + (rank < total % world)
+
+
+def _device() -> torch.device:
+    """Where this process group's collectives take tensors: NCCL's on the GPU, gloo's on CPU."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")

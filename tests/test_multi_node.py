@@ -1,0 +1,76 @@
+"""Across Ray nodes: a local two-node cluster (`ray.cluster_utils.Cluster`, each node with its own
+CPUs), one DDP learner and one env runner on each node, trains; its checkpoint restores into a
+single learner in the driver."""
+
+from __future__ import annotations
+
+import pytest
+import ray
+import torch
+from ray.cluster_utils import Cluster
+from ray.rllib.core import DEFAULT_MODULE_ID
+
+from rllib_llm.presets import embedded_config
+
+# One slot of each per node: RLlib's custom resources put one learner and one runner on each.
+SLOTS = {"learner_slot": 1, "runner_slot": 1}
+SETTINGS = dict(rollout_batch_size=4, num_return_sequences_in_group=4, response_length=6,
+                lr=1e-3)
+
+
+@pytest.fixture
+def two_nodes(monkeypatch, tmp_path_factory):
+    # The cluster writes its address where a bare ray.init() looks for a running cluster (under
+    # RAY_TMPDIR): a private one keeps other tests' ray.init() off this cluster.
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path_factory.mktemp("ray")))
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": SLOTS})
+    cluster.add_node(num_cpus=2, resources=SLOTS)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False)
+    try:
+        yield [node["NodeID"] for node in ray.nodes() if node["Alive"]]
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def test_learners_and_env_runners_on_two_nodes_train_and_restore_into_one_learner(
+        two_nodes, tmp_path):
+    assert len(two_nodes) == 2
+    # (Functions sent to the actors are lambdas: this test module is not on the nodes' path.)
+    algo = (embedded_config("topr", seed=0, **SETTINGS)
+            .env_runners(num_env_runners=2, custom_resources_per_env_runner={"runner_slot": 1})
+            .learners(num_learners=2, custom_resources_per_learner={"learner_slot": 1})
+            .build_algo())
+    try:
+        results = [algo.train() for _ in range(2)]
+        runner_nodes = algo.env_runner_group.foreach_env_runner(
+            lambda runner: ray.get_runtime_context().get_node_id(), local_env_runner=False)
+        learner_nodes = [r.get() for r in algo.learner_group.foreach_learner(
+            lambda learner: ray.get_runtime_context().get_node_id()).result_or_errors]
+        # Each runner sampled with the learners' latest weights (version 2 after two updates).
+        versions = algo.env_runner_group.foreach_env_runner(
+            lambda runner: runner.engine.weight_version, local_env_runner=False)
+        weights = {k: torch.as_tensor(v).clone()
+                   for k, v in algo.learner_group.get_weights()[DEFAULT_MODULE_ID].items()}
+        algo.save_to_path(tmp_path / "checkpoint")
+    finally:
+        algo.stop()
+    assert sorted(runner_nodes) == sorted(learner_nodes) == sorted(two_nodes)
+    assert versions == [2, 2]
+    for result in results:
+        learner = result["learners"][DEFAULT_MODULE_ID]
+        assert learner["num_optimizer_steps"] == 1
+        assert learner["num_module_steps_trained"] == 16  # 4 prompts x 4 responses, once
+
+    # The checkpoint of two DDP learners restores into one learner in the driver.
+    single = embedded_config("topr", seed=0, **SETTINGS).learners(num_learners=0).build_algo()
+    try:
+        single.restore_from_path(tmp_path / "checkpoint")
+        restored = single.learner_group.get_weights()[DEFAULT_MODULE_ID]
+        assert single.learner_group.foreach_learner(
+            lambda learner: learner.weights_version()).result_or_errors[0].get() == 2
+    finally:
+        single.stop()
+    for k, v in weights.items():
+        assert torch.equal(torch.as_tensor(restored[k]), v), k
