@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import difflib
 import functools
+import importlib.util
 import inspect
 import math
 from typing import Any
@@ -225,6 +226,23 @@ class RLVRConfig(AlgorithmConfig):
                 "'bfloat16' (same memory, float32's range) or 'float32'."
             )
         self._validate_learners()
+        self._validate_lora()
+
+    def _validate_lora(self) -> None:
+        """LoRA settings need lora_rank, and peft installed."""
+        if not self.lora_rank:
+            changed = [f"{name}={getattr(self, name)!r}" for name in ("lora_alpha",
+                                                                      "lora_target_modules")
+                       if getattr(self, name) != FIELDS_BY_NAME[name].default]
+            if changed:
+                raise ValueError(
+                    f"RLVRConfig: {', '.join(changed)} configure LoRA adapters, but lora_rank=0 "
+                    "trains the full model, so they would do nothing. Set lora_rank > 0."
+                )
+            return
+        if importlib.util.find_spec("peft") is None:
+            raise ValueError(f"RLVRConfig.lora_rank={self.lora_rank} needs the peft library: "
+                             "pip install 'rllib_llm[lora]'.")
 
     def _validate_learners(self) -> None:
         """Several learners (DDP) share every mini-batch's prompt groups equally."""
@@ -476,6 +494,16 @@ class RLVRConfig(AlgorithmConfig):
         return {"model_name_or_path": self.critic_model_name_or_path or self.model_name_or_path,
                 "shares_trunk": self.critic_shares_trunk}
 
+    @property
+    def lora_spec(self) -> dict[str, Any] | None:
+        """The module's LoRA adapters (model_config["lora"]), or None for full fine-tuning."""
+        if not self.lora_rank:
+            return None
+        alpha = 2 * self.lora_rank if self.lora_alpha is None else self.lora_alpha
+        return {"rank": self.lora_rank, "alpha": alpha,
+                "target_modules": self.lora_target_modules
+                if isinstance(self.lora_target_modules, str) else list(self.lora_target_modules)}
+
     def get_default_rl_module_spec(self) -> RLModuleSpec:
         from rllib_llm.learner.module import RLVRModule
 
@@ -489,6 +517,7 @@ class RLVRConfig(AlgorithmConfig):
                 "entropy_grad": self.entropy_coef > 0,
                 "score_batch_size": self.micro_batch_size or self.mini_batch_size,
                 "critic": self.critic_spec,
+                "lora": self.lora_spec,
             },
         )
 

@@ -128,6 +128,21 @@ FIELDS: tuple[Field, ...] = (
     Field("model_dtype", "float32",
           "Parameter dtype of learner and sampler: 'float32', 'bfloat16' or 'float16'.",
           one_of(("float32", "bfloat16", "float16")), "model"),
+    Field("lora_rank", 0,
+          "LoRA (the peft library): the rank of the adapters the learner trains instead of the "
+          "model's weights; 0 = full fine-tuning. The optimizer holds the adapters alone, "
+          "checkpoints hold the adapters (the frozen base comes from model_name_or_path), the "
+          "reference model is the base with the adapters switched off (no second copy), and env "
+          "runners receive merged weights.", non_negative_int, "model"),
+    Field("lora_alpha", None,
+          "LoRA's scale numerator: the adapters' output is multiplied by lora_alpha / lora_rank. "
+          "None = 2 * lora_rank (ROLL's default).", optional(positive), "model"),
+    Field("lora_target_modules", "all-linear",
+          "Which linear layers get adapters: peft's 'all-linear' (every linear layer but the "
+          "output head) or a list of module names, e.g. ['q_proj', 'v_proj'].",
+          lambda v: None if v == "all-linear" or (
+              isinstance(v, (list, tuple)) and v and all(isinstance(n, str) and n for n in v))
+          else "must be 'all-linear' or a non-empty list of module names", "model"),
     Field("rollout_batch_size", 8,
           "Prompts per training iteration (ROLL's name; ROLL's examples use 128-512 on GPUs, "
           "8 suits the embedded model on a CPU). Split evenly over env runners.",

@@ -389,7 +389,7 @@ class RLVRLearner(TorchLearner):
 
     def _policy_weights(self) -> dict[str, torch.Tensor]:
         """The causal LM's state dict under its Hugging Face names (what engines load)."""
-        return self.module[DEFAULT_MODULE_ID].model.state_dict()
+        return self.module[DEFAULT_MODULE_ID].unwrapped().policy_weights()
 
 
 def _positive(batch: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -19,7 +19,7 @@ from ray.rllib.core.rl_module.apis import InferenceOnlyAPI, ValueFunctionAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
 from rllib_llm.learner.tensor_state import TensorState
-from rllib_llm.models import DTYPES, load_model
+from rllib_llm.models import DTYPES, load_model, lora
 from rllib_llm.models.value_model import (
     last_hidden_state,
     load_value_model,
@@ -27,6 +27,7 @@ from rllib_llm.models.value_model import (
     value_head,
 )
 
+MODEL = "model"  # the causal LM
 REFERENCE = "reference_model"
 CRITIC = "critic"  # a separate value model (models/value_model.py)
 VALUE_HEAD = "value_head"  # a value head on the policy's own trunk
@@ -89,7 +90,14 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
         self.model = load_model(cfg["model_name_or_path"], dtype=cfg["model_dtype"])
         self.entropy_grad = bool(cfg.get("entropy_grad", True))
         self.score_batch_size = cfg.get("score_batch_size")
-        if cfg.get("use_reference") and not self.inference_only:
+        # LoRA (models/lora.py): the learner trains adapters on the frozen base; env runners hold
+        # plain weights and receive merged ones. The reference is the base, adapters off.
+        self.lora = cfg.get("lora")
+        self._adapters = bool(self.lora) and not self.inference_only
+        if self._adapters:
+            lora.add_adapters(self.model, self.lora)
+        self._reference_is_base = self._adapters and bool(cfg.get("use_reference"))
+        if cfg.get("use_reference") and not self.inference_only and not self._adapters:
             ref = load_model(cfg["model_name_or_path"], dtype=cfg["model_dtype"])
             ref.requires_grad_(False)
             self.reference_model = ref.eval()
@@ -106,7 +114,7 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
         """The learner switches the module to training mode; the reference stays in eval mode
         (it scores, never trains: dropout there would make its log-probs random)."""
         super().train(mode)
-        if self.has_reference:
+        if hasattr(self, REFERENCE):
             self.reference_model.eval()
         return self
 
@@ -115,7 +123,7 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
 
     @property
     def has_reference(self) -> bool:
-        return hasattr(self, REFERENCE)
+        return hasattr(self, REFERENCE) or self._reference_is_base
 
     @property
     def has_critic(self) -> bool:
@@ -201,6 +209,9 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
         In eval mode (no dropout) and `score_batch_size` rows per forward, like the learner's
         micro-batches, so scoring a whole rollout batch never needs more memory than training.
         """
+        if reference and self._reference_is_base:
+            with lora.adapters_disabled(self.model):
+                return self.score_tokens(batch, reference=False)
         model = self.reference_model if reference else self.model
 
         def logp(rows: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -216,22 +227,61 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
     # in a TensorState so that Ray still moves their bytes without pickling them. Like RLlib's
     # numpy views, CPU tensors alias the parameters (no copy: whoever keeps them pickles or
     # copies them; a sync of SmolLM2-135M spent 0.26 s in a clone here).
+    #
+    # With LoRA the learner's state holds the adapters and not the frozen base (it comes from
+    # model_name_or_path), and its inference-only state (what env runners receive) the merged
+    # weights under the model's own names.
     def get_state(self, components=None, *, not_components=None, inference_only=False, **kw):
-        state = self.state_dict()
+        if inference_only and self._adapters:
+            state = {f"{MODEL}.{k}": v for k, v in self.policy_weights().items()}
+        else:
+            state = self.state_dict()
         if inference_only:
             state = {k: v for k, v in state.items() if not _non_inference(k)}
+        elif self._adapters:
+            state = {k: v for k, v in state.items() if not _frozen_base(k)}
         return TensorState({k: v.detach().cpu() for k, v in state.items()})
+
+    def policy_weights(self) -> dict[str, torch.Tensor]:
+        """The causal LM's weights under its Hugging Face names (what engines load), the
+        adapters merged in."""
+        return lora.merged_weights(self.model) if self._adapters else self.model.state_dict()
 
     def set_state(self, state: dict[str, Any]) -> None:
         tensors = {k: torch.as_tensor(v) for k, v in state.items()}
+        adapters = lora.adapter_weights(tensors)
+        if adapters and not self._adapters:
+            # A LoRA learner's state into plain weights (an export): merge into the base.
+            tensors = self._merged(tensors, adapters)
         missing, unexpected = self.load_state_dict(tensors, strict=False)
-        # An inference-only copy never holds reference or critic; anything else missing is a bug.
-        missing = [k for k in missing if not _non_inference(k)]
+        # An inference-only copy never holds reference or critic, a LoRA state never the frozen
+        # base; anything else missing is a bug.
+        missing = [k for k in missing
+                   if not _non_inference(k) and not (adapters and _frozen_base(k))]
         if missing or unexpected:
             raise ValueError(
                 f"RLVRModule.set_state: state does not fit this model (missing {missing[:5]}, "
                 f"unexpected {unexpected[:5]}); was it saved from another model_name_or_path?"
             )
+
+    def _merged(self, state: dict[str, torch.Tensor], adapters: dict[str, torch.Tensor]):
+        """`state` with its adapters merged into this module's base weights."""
+        if not self.lora:
+            raise ValueError(
+                "RLVRModule.set_state: the state holds LoRA adapters, but this module was built "
+                "without lora_rank; build it from the run's config."
+            )
+        prefix = f"{MODEL}."
+        merged = lora.merge_adapters(
+            self.model.state_dict(), {k[len(prefix):]: v for k, v in adapters.items()},
+            scaling=self.lora["alpha"] / self.lora["rank"])
+        rest = {k: v for k, v in state.items() if k not in adapters}
+        return {**rest, **{prefix + k: v for k, v in merged.items()}}
+
+
+def _frozen_base(key: str) -> bool:
+    """Whether a state-dict key is a frozen base weight of a LoRA policy (not the adapters)."""
+    return key.split(".", 1)[0] == MODEL and ".lora_" not in key
 
 
 def _non_inference(key: str) -> bool:
