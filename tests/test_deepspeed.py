@@ -1,0 +1,152 @@
+"""learner_strategy='deepspeed' (ZeRO-2 on CPU, gloo): two DeepSpeed learners take the update of
+one torch learner, and their checkpoint (weights and Adam's per-parameter state, gathered from
+the partitions) restores into a torch learner and into DeepSpeed learners."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.utils.metrics import LEARNER_RESULTS
+
+from rllib_llm.presets import embedded_config
+
+pytestmark = [
+    pytest.mark.usefixtures("ray_session"),  # tests/conftest.py
+    pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
+                       reason="needs the deepspeed extra"),
+]
+# 4 prompts x 4 responses; 2 mini-batches of 2 groups, 2 micro-batches per learner, 2 epochs.
+SETTINGS = dict(rollout_batch_size=4, num_return_sequences_in_group=4, response_length=6,
+                mini_batch_size=8, micro_batch_size=2, ppo_epochs=2, lr=1e-3,
+                use_kl_loss=True, kl_loss_coef=0.1)
+
+
+def build(strategy: str, num_learners: int):
+    return embedded_config("topr", seed=3, **SETTINGS, learner_strategy=strategy) \
+        .learners(num_learners=num_learners).build_algo()
+
+
+def weights(algo) -> dict[str, torch.Tensor]:
+    return {k: torch.as_tensor(v).clone()
+            for k, v in algo.learner_group.get_weights()[DEFAULT_MODULE_ID].items()}
+
+
+def adam_state(algo) -> dict:
+    """The first learner's optimizer state as saved in a checkpoint."""
+    from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_LEARNER_GROUP, COMPONENT_OPTIMIZER
+
+    state = algo.get_state(components=f"{COMPONENT_LEARNER_GROUP}/{COMPONENT_LEARNER}")
+    (optim,) = state[COMPONENT_LEARNER_GROUP][COMPONENT_LEARNER][COMPONENT_OPTIMIZER].values()
+    return optim["state"]
+
+
+def test_the_config_rejects_what_the_deepspeed_learner_does_not_do():
+    with pytest.raises(ValueError, match="needs num_learners >= 1"):
+        embedded_config("topr", learner_strategy="deepspeed").validate()
+    with pytest.raises(ValueError, match="does not train a critic"):
+        embedded_config("ppo", adv_estimator="gae", learner_strategy="deepspeed") \
+            .learners(num_learners=2).validate()
+    with pytest.raises(ValueError, match="zero_stage=3 .*must be one of \\[2\\]"):
+        embedded_config("topr", learner_strategy="deepspeed", zero_stage=3).validate()
+
+
+def test_two_deepspeed_learners_take_the_update_of_one_torch_learner_and_checkpoint_it(tmp_path):
+    one, two = build("torch", 0), build("deepspeed", 2)
+    try:
+        episodes = one.env_runner_group.local_env_runner.sample()
+        results = {}
+        for name, algo in (("one", one), ("two", two)):
+            algo.metrics.aggregate(algo._update_learners(episodes), key=LEARNER_RESULTS)
+            results[name] = algo.metrics.peek((LEARNER_RESULTS, DEFAULT_MODULE_ID))
+        w1, w2 = weights(one), weights(two)
+        s1, s2 = adam_state(one), adam_state(two)
+        two.save_to_path(tmp_path / "deepspeed")
+    finally:
+        one.stop()
+        two.stop()
+    for k in w1:
+        assert torch.allclose(w2[k], w1[k], atol=2e-5), k
+    r1, r2 = results["one"], results["two"]
+    assert r1["num_optimizer_steps"] == r2["num_optimizer_steps"] == 4
+    assert r1["num_module_steps_trained"] == r2["num_module_steps_trained"] == 16
+    for name in ("loss", "pg_loss", "kl_loss", "grad_norm", "entropy"):
+        assert r2[name] == pytest.approx(r1[name], rel=1e-4, abs=1e-6), name
+    # Adam's moments, gathered from the two partitions, are the torch learner's, parameter by
+    # parameter, in torch Adam's format.
+    assert s2["state"].keys() == s1["state"].keys()
+    for i, entry in s1["state"].items():
+        assert float(s2["state"][i]["step"]) == float(entry["step"]) == 4
+        for key in ("exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(torch.as_tensor(s2["state"][i][key]),
+                                       torch.as_tensor(entry[key]), atol=1e-6, rtol=1e-4)
+
+    # The checkpoint restores into a torch learner, and into two DeepSpeed learners; both then
+    # take the same next update (DeepSpeed's fp32 master weights and step count restored too).
+    after = {}
+    for strategy, n in (("torch", 0), ("deepspeed", 2)):
+        algo = build(strategy, n)
+        try:
+            algo.restore_from_path(tmp_path / "deepspeed")
+            restored, state = weights(algo), adam_state(algo)
+            algo._update_learners(episodes)
+            after[strategy] = weights(algo)
+        finally:
+            algo.stop()
+        for k in w2:
+            assert torch.equal(restored[k], w2[k]), (strategy, k)
+        for i, entry in s2["state"].items():
+            for key in ("exp_avg", "exp_avg_sq"):
+                assert torch.equal(torch.as_tensor(state["state"][i][key]),
+                                   torch.as_tensor(entry[key])), (strategy, i, key)
+    assert max(float((after["torch"][k] - w2[k]).abs().max()) for k in w2) > 1e-4  # it moved
+    for k in w2:
+        assert torch.allclose(after["deepspeed"][k], after["torch"][k], atol=2e-5), k
+
+
+def test_bfloat16_weights_train_on_float32_master_weights():
+    algo = embedded_config("topr", seed=3, **SETTINGS, learner_strategy="deepspeed",
+                           model_dtype="bfloat16").learners(num_learners=2).build_algo()
+    try:
+        episodes = algo.env_runner_group.local_env_runner.sample()
+        before = weights(algo)
+        algo._update_learners(episodes)
+        after = weights(algo)
+        dtypes = [r.get() for r in algo.learner_group.foreach_learner(lambda learner: (
+            next(learner.module[DEFAULT_MODULE_ID].model.parameters()).dtype,
+            learner._engine.optimizer.single_partition_of_fp32_groups[0].dtype,
+        )).result_or_errors]
+    finally:
+        algo.stop()
+    assert dtypes == [(torch.bfloat16, torch.float32)] * 2
+    assert all(v.dtype == torch.bfloat16 for v in after.values())
+    assert max(float((after[k].float() - before[k].float()).abs().max()) for k in after) > 1e-3
+
+
+def test_a_non_finite_step_is_skipped_counted_and_then_stops_training():
+    algo = embedded_config("topr", seed=3, **{**SETTINGS, "mini_batch_size": None, "ppo_epochs": 1},
+                           learner_strategy="deepspeed", max_consecutive_nonfinite_steps=2) \
+        .learners(num_learners=2).build_algo()
+    try:
+        episodes = algo.env_runner_group.local_env_runner.sample()
+        before = weights(algo)
+        # Every learner's loss becomes NaN (its gradients too).
+        algo.learner_group.foreach_learner(lambda learner: setattr(
+            learner, "compute_loss_for_module",
+            lambda *, fwd_out, **kwargs: fwd_out["logp"].sum() * float("nan")))
+        results = algo._update_learners(episodes)
+        assert all(torch.equal(v, before[k]) for k, v in weights(algo).items())  # nothing moved
+        algo.metrics.aggregate(results, key=LEARNER_RESULTS)
+        result = algo.metrics.peek((LEARNER_RESULTS, DEFAULT_MODULE_ID))
+        assert result["num_nonfinite_steps_skipped"] == 1
+        assert result["num_optimizer_steps"] == 1
+    except Exception:
+        algo.stop()
+        raise
+    with pytest.raises(Exception, match=r"2 optimizer steps in a row had a non-finite loss"):
+        try:
+            algo._update_learners(episodes)
+        finally:
+            algo.stop()
