@@ -3,6 +3,8 @@
 - `"arithmetic"`: the built-in generator (`arithmetic.arithmetic_problems`; keyword arguments
   `seed`, `max_operand`, `ops`, `test_size`). Its records already use "prompt"/"answer", so
   `prompt_key`/`answer_key` do not apply.
+- `"gsm_symbolic"`: GSM8K-style word problems shipped with rllib_llm (`gsm_symbolic.py`; keyword
+  arguments `test_templates`, `seed`), split by template; "prompt"/"answer" records too.
 - A path ending in `.jsonl` (one JSON object per line), `.json` (a list of objects) or `.parquet`:
   a local file is one split, so `split` is ignored (point at another file for another split), and
   no keyword arguments apply. JSON files must be UTF-8. Any other existing file (a `.csv`, a
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rllib_llm.envs.arithmetic import arithmetic_problems
+from rllib_llm.envs.gsm_symbolic import GSM_SYMBOLIC, gsm_symbolic_problems
 
 ARITHMETIC = "arithmetic"
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
@@ -58,6 +61,8 @@ def load_problems(
         )
     if dataset == ARITHMETIC:
         return arithmetic_problems(split, **kwargs)
+    if dataset == GSM_SYMBOLIC:
+        return gsm_symbolic_problems(split, **kwargs)
     if dataset.endswith(FILE_SUFFIXES):
         if kwargs:
             raise ValueError(

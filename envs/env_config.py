@@ -35,8 +35,8 @@ class MathVerifyEnvConfig:
     needs an `eos_token_id`: EOS ends an episode."""
 
     dataset: str = "arithmetic"
-    """Problems: "arithmetic" (built in), a local .jsonl/.json/.parquet file, or a Hugging Face
-    dataset name or directory (see `rllib_llm.envs.datasets.load_problems`)."""
+    """Problems: "arithmetic" or "gsm_symbolic" (built in), a local .jsonl/.json/.parquet file, or
+    a Hugging Face dataset name or directory (see `rllib_llm.envs.datasets.load_problems`)."""
 
     split: str = "train"
     """Dataset split, e.g. "train" or "test" (ignored for local files)."""

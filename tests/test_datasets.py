@@ -44,6 +44,24 @@ def test_arithmetic_multiplication_is_the_tool_task():
         arithmetic_problems(ops="+/")
 
 
+def test_gsm_symbolic_ships_gsm8k_style_problems_split_by_template():
+    from rllib_llm.envs.gsm_symbolic import _records, gsm_symbolic_problems
+
+    train, test = load_problems("gsm_symbolic"), load_problems("gsm_symbolic", split="test")
+    assert len(train) + len(test) == len(_records()) >= 1000
+    # Held out by template: no test problem comes from a template the training split holds.
+    templates = {r["question"]: r["template"] for r in _records()}
+    assert not {templates[p["prompt"]] for p in train} & {templates[p["prompt"]] for p in test}
+    assert len({templates[p["prompt"]] for p in test}) == 20
+    assert all(p["answer"] and float(p["answer"]) == float(p["answer"]) for p in train + test)
+    # GSM8K's originals are among them (template 0's: the shark and its remoras).
+    assert any(p["prompt"].startswith("Benny saw a 10-foot shark with 2 6-inch remoras")
+               and p["answer"] == "10" for p in train + test)
+    assert gsm_symbolic_problems("test", seed=1) != test  # another seed, other templates
+    with pytest.raises(ValueError, match="test_templates=100 must be in"):
+        gsm_symbolic_problems(test_templates=100)
+
+
 def test_jsonl_with_custom_keys_and_gsm8k_answers(tmp_path):
     path = write_jsonl(tmp_path / "gsm.jsonl", GSM8K_LIKE)
     assert load_problems(path, prompt_key="question") == EXPECTED
