@@ -54,6 +54,14 @@ def progress(run_dir: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+def logged_iterations(run_dir: Path) -> int:
+    """The last training iteration in a run's progress.csv so far (0 before it exists)."""
+    try:
+        return max((int(r["training_iteration"]) for r in progress(run_dir)), default=0)
+    except (FileNotFoundError, ValueError):  # not written yet, or no trial directory yet
+        return 0
+
+
 def last_row_per_iteration(rows: list[dict[str, str]]) -> dict[int, dict[str, str]]:
     return {int(r["training_iteration"]): r for r in rows}
 
@@ -69,7 +77,9 @@ def test_a_killed_run_resumes_from_its_last_checkpoint_and_ends_like_an_unbroken
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     deadline = time.monotonic() + 240
-    while not list(killed.glob("RLVR*/checkpoint_000001")):  # the checkpoint of iteration 4
+    # The checkpoint of iteration 4, and its row in progress.csv: Tune's driver logs a result
+    # after the trial saved it, later on a loaded machine.
+    while not (list(killed.glob("RLVR*/checkpoint_000001")) and logged_iterations(killed) >= 4):
         assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint appeared"
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)
