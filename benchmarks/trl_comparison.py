@@ -1,0 +1,261 @@
+"""rllib_llm against TRL's GRPOTrainer: the same GRPO run through both, in one run, same machine.
+
+    python benchmarks/trl_comparison.py --trl-python /path/to/trl-venv/bin/python \
+        [--model embedded|smollm2 --prompts 8 --group 4 --tokens 16 --updates 20]
+
+TRL is a benchmark-only dependency in an environment of its own (torch first, then
+`pip install trl transformers==<ours> math-verify`): this script runs it there as a
+subprocess, and rllib_llm in this interpreter's environment, each in a fresh process with one
+torch thread. Both get the same model, the same training prompts (the arithmetic task's, written
+to a file), group size, response length, learning rate (constant), clip 0.2, no KL, one
+optimizer step per batch, `--updates` updates; GRPO's advantages (group mean and std) and
+per-sequence token means on both sides: `RLVR(pg_variant="ppo", adv_estimator="grpo")` and
+`GRPOConfig(loss_type="grpo", scale_rewards="group", beta=0)`. Ours runs twice: sampling in the
+driver (local mode) and in one remote env runner.
+
+Reported: seconds per update (median after the first), its ratio to TRL's, generated tokens/s,
+peak RSS (all of a run's processes), greedy held-out accuracy before and after on the task's
+first `--eval-problems` held-out problems (each side with its own greedy decoding and verifier:
+rllib_llm's math-verify, TRL's the last number of the response; both read the arithmetic
+answers alike) and the accuracy gained per minute of training. A model with a chat template gets
+each prompt as one user message on both sides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from engine_throughput import DEFAULT_SMOLLM2_DIR, smollm2_path  # noqa: E402
+
+LAST_NUMBER = r"-?\d+(?:\.\d+)?"
+
+
+def correct(text: str, answer: str) -> bool:
+    """The correctness rule both sides are scored with: the response's last number."""
+    import re
+
+    numbers = re.findall(LAST_NUMBER, text.replace(",", ""))
+    return bool(numbers) and float(numbers[-1]) == float(answer)
+
+
+# --- TRL, in its own environment -----------------------------------------------------------------
+def run_trl(args: argparse.Namespace) -> dict:
+    import resource
+
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    data = json.loads(Path(args.data).read_text())
+    tokenizer = AutoTokenizer.from_pretrained(args.path)
+    model = AutoModelForCausalLM.from_pretrained(args.path, dtype=torch.float32)
+    answers = {p["prompt"]: p["answer"] for p in data["train"]}
+
+    chat = bool(tokenizer.chat_template)  # as rllib_llm's encode_prompt: one user message
+
+    def text(x) -> str:
+        return x[-1]["content"] if isinstance(x, list) else x
+
+    def reward(prompts, completions, **kwargs):
+        return [float(correct(text(c), answers[text(p)])) for p, c in zip(prompts, completions)]
+
+    def held_out() -> float:
+        model.eval()
+        hits = 0
+        rows = data["test"]
+        tokenizer.padding_side = "left"
+        for start in range(0, len(rows), 64):
+            chunk = rows[start : start + 64]
+            texts = [tokenizer.apply_chat_template([{"role": "user", "content": r["prompt"]}],
+                                                   add_generation_prompt=True, tokenize=False)
+                     if chat else r["prompt"] for r in chunk]
+            enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+            with torch.no_grad():
+                out = model.generate(**enc, do_sample=False, max_new_tokens=args.tokens,
+                                     pad_token_id=tokenizer.pad_token_id)
+            texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:],
+                                           skip_special_tokens=True)
+            hits += sum(correct(t, r["answer"]) for t, r in zip(texts, chunk))
+        return hits / len(rows)
+
+    class StepTimes(TrainerCallback):
+        def __init__(self):
+            self.times = [time.perf_counter()]
+
+        def on_step_end(self, *_, **__):
+            self.times.append(time.perf_counter())
+
+    before = held_out()
+    prompts = [[{"role": "user", "content": p["prompt"]}] if chat else p["prompt"]
+               for p in data["train"]]
+    config = GRPOConfig(
+        output_dir=args.out, per_device_train_batch_size=args.prompts * args.group,
+        gradient_accumulation_steps=1, num_generations=args.group,
+        max_completion_length=args.tokens, learning_rate=args.lr, lr_scheduler_type="constant",
+        warmup_steps=0, max_steps=args.updates, beta=0.0, epsilon=0.2, num_iterations=1,
+        loss_type="grpo", scale_rewards="group", temperature=1.0, top_p=1.0, max_grad_norm=1.0,
+        weight_decay=0.0, use_cpu=True, report_to=[], logging_steps=10**6, save_strategy="no",
+        seed=0, disable_dropout=True, shuffle_dataset=True,
+    )
+    timer = StepTimes()
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config,
+                          train_dataset=Dataset.from_dict({"prompt": prompts}),
+                          processing_class=tokenizer, callbacks=[timer])
+    start = time.perf_counter()
+    trainer.train()
+    train_s = time.perf_counter() - start
+    after = held_out()
+    steps = [b - a for a, b in zip(timer.times[1:], timer.times[2:])]
+    return {"update_s": statistics.median(steps), "train_s": train_s, "tokens_per_s": None,
+            "before": before, "after": after,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+# --- rllib_llm ----------------------------------------------------------------------------------
+def run_ours(args: argparse.Namespace) -> dict:
+    import resource
+
+    import ray
+    import torch
+
+    from rllib_llm import RLVRConfig
+    from rllib_llm.metric_names import GENERATE_TOKENS_PER_S
+
+    torch.set_num_threads(1)
+    data = json.loads(Path(args.data).read_text())
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    config = (RLVRConfig()
+              .environment("math_verify", env_config={"dataset": "arithmetic"})
+              .training(model_name_or_path=args.path, pg_variant="ppo", adv_estimator="grpo",
+                        rollout_batch_size=args.prompts, num_return_sequences_in_group=args.group,
+                        response_length=args.tokens, lr=args.lr, use_kl_loss=False,
+                        pg_clip=0.2, grad_clip=1.0, temperature=1.0, advantage_clip=None)
+              .env_runners(num_env_runners=args.runners)
+              .debugging(seed=0, log_level="ERROR"))
+    algo = config.build_algo()
+    n = len(data["test"])
+    before = algo.evaluate_accuracy(num_problems=n, temperature=0)["pass@1"]
+    seconds, tokens_per_s, phases = [], [], []
+    start = time.perf_counter()
+    for _ in range(args.updates):
+        t = time.perf_counter()
+        result = algo.train()
+        seconds.append(time.perf_counter() - t)
+        tokens_per_s.append(result["env_runners"][GENERATE_TOKENS_PER_S.split("/", 1)[1]])
+        phases.append((result["timers"]["sample"], result["timers"]["learn"]))
+    train_s = time.perf_counter() - start
+    after = algo.evaluate_accuracy(num_problems=n, temperature=0)["pass@1"]
+    runners = algo.env_runner_group.foreach_env_runner(
+        lambda r: __import__("resource").getrusage(0).ru_maxrss / 1024, local_env_runner=False)
+    learners = [r.get() for r in algo.learner_group.foreach_learner(
+        lambda learner: __import__("resource").getrusage(0).ru_maxrss / 1024).result_or_errors] \
+        if config.num_learners else []
+    algo.stop()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 + sum(runners) + sum(learners)
+    return {"update_s": statistics.median(seconds[1:]), "train_s": train_s,
+            "tokens_per_s": statistics.median(tokens_per_s[1:]), "before": before,
+            "sample_s": statistics.median(p[0] for p in phases[1:]),
+            "learn_s": statistics.median(p[1] for p in phases[1:]),
+            "after": after, "peak_rss_mib": rss}
+
+
+# --- the driver ---------------------------------------------------------------------------------
+def write_data(args: argparse.Namespace, tmp: Path) -> None:
+    """The training prompts and the held-out problems, as files both sides read."""
+    from rllib_llm.envs.datasets import load_problems
+
+    # rllib_llm reads the same splits itself (dataset "arithmetic": train, and test held out).
+    train = load_problems("arithmetic", split="train")
+    test = load_problems("arithmetic", split="test")[: args.eval_problems]  # ours: the first too
+    (tmp / "data.json").write_text(json.dumps({"train": train, "test": test}))
+
+
+def child(python: str, side: str, args: argparse.Namespace, tmp: Path, **extra) -> dict:
+    cmd = [python, __file__, "--child", side, "--path", args.path, "--data",
+           str(tmp / "data.json"), "--out", str(tmp / side), "--prompts", str(args.prompts),
+           "--group", str(args.group), "--tokens", str(args.tokens), "--updates",
+           str(args.updates), "--lr", str(args.lr),
+           *[x for k, v in extra.items() for x in (f"--{k}", str(v))]]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        return {"error": f"exit {proc.returncode}: {' / '.join(proc.stderr.splitlines()[-4:])}"}
+    return json.loads(lines[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trl-python", help="the python of an environment with TRL installed")
+    parser.add_argument("--model", choices=("embedded", "smollm2"), default="embedded")
+    parser.add_argument("--smollm2-dir", default=DEFAULT_SMOLLM2_DIR)
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--group", type=int, default=4)
+    parser.add_argument("--tokens", type=int, default=16)
+    parser.add_argument("--updates", type=int, default=20)
+    parser.add_argument("--lr", type=float, default=2e-4)
+    parser.add_argument("--eval-problems", type=int, default=500,
+                        help="held-out problems scored before and after (the first N)")
+    parser.add_argument("--dtype", default="float32")  # smollm2_path's export dtype
+    parser.add_argument("--child", choices=("trl", "ours"), help=argparse.SUPPRESS)
+    for name in ("path", "data", "out"):
+        parser.add_argument(f"--{name}", help=argparse.SUPPRESS)
+    parser.add_argument("--runners", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(run_trl(args) if args.child == "trl" else run_ours(args)))
+        return
+    notes: list[str] = []
+    if args.model == "embedded":
+        from rllib_llm.models import EMBEDDED_DIR
+
+        args.path = str(EMBEDDED_DIR)
+    else:
+        args.path = smollm2_path(args, notes)
+        if args.path is None:
+            sys.exit("\n".join(notes))
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        write_data(args, tmp)
+        rows = [("rllib_llm, local", child(sys.executable, "ours", args, tmp, runners=0)),
+                ("rllib_llm, 1 remote env runner",
+                 child(sys.executable, "ours", args, tmp, runners=1))]
+        if args.trl_python:
+            rows.append(("TRL GRPOTrainer", child(args.trl_python, "trl", args, tmp)))
+        else:
+            notes.append("TRL skipped: pass --trl-python")
+    trl = rows[-1][1] if args.trl_python and "error" not in rows[-1][1] else None
+    print(f"{args.model}, {args.prompts} prompts x {args.group} responses x {args.tokens} "
+          f"tokens, lr {args.lr}, {args.updates} updates, one torch thread per process; "
+          f"{platform.machine()}, {platform.system()}\n")
+    print("| run | s / update | vs TRL | sample / learn s | generated tokens/s | peak RSS MiB "
+          "| held-out before -> after | points per training minute |")
+    print("|---|---|---|---|---|---|---|---|")
+    for label, r in rows:
+        if "error" in r:
+            print(f"| {label} | {r['error']} |||||||")
+            continue
+        ratio = f"{r['update_s'] / trl['update_s']:.2f}x" if trl else "-"
+        tps = f"{r['tokens_per_s']:.0f}" if r["tokens_per_s"] else "-"
+        gain = (r["after"] - r["before"]) * 100 / (r["train_s"] / 60)
+        split = f"{r['sample_s']:.3f} / {r['learn_s']:.3f}" if "learn_s" in r else "-"
+        print(f"| {label} | {r['update_s']:.3f} | {ratio} | {split} | {tps} "
+              f"| {r['peak_rss_mib']:.0f} "
+              f"| {r['before']:.1%} -> {r['after']:.1%} | {gain:+.1f} |")
+    for note in notes:
+        print(f"\n{note}")
+
+
+if __name__ == "__main__":
+    main()
