@@ -265,7 +265,9 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
             )
 
     def _merged(self, state: dict[str, torch.Tensor], adapters: dict[str, torch.Tensor]):
-        """`state` with its adapters merged into this module's base weights."""
+        """`state` with its adapters merged into this module's weights, which must be the base
+        (a module freshly built from model_name_or_path, as `checkpoints.load_policy` builds
+        one; env runners never get here: they receive merged weights)."""
         if not self.lora:
             raise ValueError(
                 "RLVRModule.set_state: the state holds LoRA adapters, but this module was built "
