@@ -4,6 +4,9 @@ single learner in the driver."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+
 import pytest
 import ray
 import torch
@@ -19,10 +22,12 @@ SETTINGS = dict(rollout_batch_size=4, num_return_sequences_in_group=4, response_
 
 
 @pytest.fixture
-def two_nodes(monkeypatch, tmp_path_factory):
+def two_nodes(monkeypatch):
     # The cluster writes its address where a bare ray.init() looks for a running cluster (under
-    # RAY_TMPDIR): a private one keeps other tests' ray.init() off this cluster.
-    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path_factory.mktemp("ray")))
+    # RAY_TMPDIR): a private one keeps other tests' ray.init() off this cluster. Short, because
+    # Ray's sockets live under it (a Unix socket path has at most 107 bytes).
+    private = tempfile.mkdtemp(prefix="rlc", dir="/tmp")
+    monkeypatch.setenv("RAY_TMPDIR", private)
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": SLOTS})
     cluster.add_node(num_cpus=2, resources=SLOTS)
     cluster.wait_for_nodes()
@@ -32,6 +37,7 @@ def two_nodes(monkeypatch, tmp_path_factory):
     finally:
         ray.shutdown()
         cluster.shutdown()
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def test_learners_and_env_runners_on_two_nodes_train_and_restore_into_one_learner(
