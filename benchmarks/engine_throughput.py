@@ -107,10 +107,16 @@ def run_pair(args: argparse.Namespace, model: str, path: str, engine: str) -> di
     cmd = [sys.executable, __file__, "--child", "--engine", engine, "--path", path,
            "--prompts", str(args.prompts), "--group", str(args.group), "--tokens",
            str(args.tokens), "--repeats", str(args.repeats), "--dtype", args.dtype]
+    return run_child(cmd)
+
+
+def run_child(cmd: list[str]) -> dict:
+    """Run a benchmark's child process; its last stdout line is its result as JSON, else
+    {"error": the exit code and the last lines of its stderr}."""
     proc = subprocess.run(cmd, capture_output=True, text=True)
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
-        tail = proc.stderr.strip().splitlines()[-3:]
+        tail = proc.stderr.strip().splitlines()[-4:]
         return {"error": f"exit {proc.returncode}: {' / '.join(tail)}"}
     return json.loads(lines[-1])
 

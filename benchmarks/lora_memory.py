@@ -19,13 +19,12 @@ import argparse
 import json
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from engine_throughput import DEFAULT_SMOLLM2_DIR, smollm2_path  # noqa: E402
+from engine_throughput import DEFAULT_SMOLLM2_DIR, run_child, smollm2_path  # noqa: E402
 
 
 def measure(args: argparse.Namespace) -> dict:
@@ -77,11 +76,7 @@ def run_rank(args: argparse.Namespace, path: str, rank: int) -> dict:
     cmd = [sys.executable, __file__, "--child", "--path", path, "--rank", str(rank),
            "--prompts", str(args.prompts), "--group", str(args.group), "--tokens",
            str(args.tokens), "--updates", str(args.updates)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        return {"error": f"exit {proc.returncode}: {' / '.join(proc.stderr.splitlines()[-3:])}"}
-    return json.loads(lines[-1])
+    return run_child(cmd)
 
 
 def main() -> None:

@@ -27,14 +27,13 @@ import argparse
 import json
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from engine_throughput import DEFAULT_SMOLLM2_DIR, smollm2_path  # noqa: E402
+from engine_throughput import DEFAULT_SMOLLM2_DIR, run_child, smollm2_path  # noqa: E402
 
 LAST_NUMBER = r"-?\d+(?:\.\d+)?"
 
@@ -188,11 +187,7 @@ def child(python: str, side: str, args: argparse.Namespace, tmp: Path, **extra) 
            "--group", str(args.group), "--tokens", str(args.tokens), "--updates",
            str(args.updates), "--lr", str(args.lr),
            *[x for k, v in extra.items() for x in (f"--{k}", str(v))]]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        return {"error": f"exit {proc.returncode}: {' / '.join(proc.stderr.splitlines()[-4:])}"}
-    return json.loads(lines[-1])
+    return run_child(cmd)
 
 
 def main() -> None:
