@@ -177,10 +177,12 @@ class RLVRLearner(TorchLearner):
             "positive": (mask * positive).sum(), "negative": (mask * (1 - positive)).sum(),
         }
         rank, world = data_parallel.rank_and_world()
-        rows = data_parallel.rank_rows(torch.arange(mask.shape[0]),
-                                       group_size=cfg.num_return_sequences_in_group,
-                                       rank=rank, world=world)
-        mine = {k: v[rows.to(v.device)] for k, v in mini.items()}
+        mine = mini
+        if world > 1:  # this rank's share of the prompt groups
+            rows = data_parallel.rank_rows(torch.arange(mask.shape[0]),
+                                           group_size=cfg.num_return_sequences_in_group,
+                                           rank=rank, world=world)
+            mine = {k: v[rows.to(v.device)] for k, v in mini.items()}
         self._step_metrics = metrics = StepMetrics()
         for optim in self._optimizer_parameters:
             optim.zero_grad(set_to_none=True)
