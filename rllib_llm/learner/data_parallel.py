@@ -23,6 +23,8 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
+from rllib_llm.learner.step_metrics import extreme
+
 
 def rank_and_world() -> tuple[int, int]:
     """(rank, world size) of this learner's process group; (0, 1) without one."""
@@ -63,21 +65,20 @@ def score_rows(fn: Callable[[dict[str, torch.Tensor]], torch.Tensor],
 
 def all_reduce_step_metrics(values: dict[str, float]) -> dict[str, float]:
     """One optimizer step's metrics over all ranks: pieces add up (each was normalised by the
-    whole mini-batch's counts), `*_max` / `*_min` take the max / min. Every rank must log the
-    same names (they run the same code on equal shares)."""
+    whole mini-batch's counts), `*_max` / `*_min` take the max / min (`step_metrics.extreme`).
+    Every rank must log the same names (they run the same code on equal shares)."""
     _, world = rank_and_world()
     if world == 1:
         return values
-    names = sorted(values)
+    ops = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN, None: dist.ReduceOp.SUM}
+    by_kind: dict[str | None, list[str]] = {}
+    for name in sorted(values):  # the same order of collectives on every rank
+        by_kind.setdefault(extreme(name), []).append(name)
     out = {}
-    for suffix, op in (("_max", dist.ReduceOp.MAX), ("_min", dist.ReduceOp.MIN), ("", None)):
-        chosen = [n for n in names if n not in out and (n.endswith(suffix) if suffix else True)]
-        if not chosen:
-            continue
-        tensor = torch.tensor([values[n] for n in chosen], dtype=torch.float64,
-                              device=_device())
-        dist.all_reduce(tensor, op=op or dist.ReduceOp.SUM)
-        out.update(zip(chosen, tensor.tolist()))
+    for kind, names in by_kind.items():
+        tensor = torch.tensor([values[n] for n in names], dtype=torch.float64, device=_device())
+        dist.all_reduce(tensor, op=ops[kind])
+        out.update(zip(names, tensor.tolist()))
     return out
 
 

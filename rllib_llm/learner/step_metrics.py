@@ -12,6 +12,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
+def extreme(name: str) -> str | None:
+    """"max" for a `*_max` metric, "min" for a `*_min` one (they combine by max / min), else
+    None (they add up, or average over steps)."""
+    if name.endswith("_max"):
+        return "max"
+    if name.endswith("_min"):
+        return "min"
+    return None
+
+
 class StepMetrics:
     """Accumulates named metrics over the micro-batches of one optimizer step."""
 
@@ -24,9 +34,10 @@ class StepMetrics:
 
     def add_token_stat(self, name: str, value: float, share: float) -> None:
         """A statistic over this micro-batch's tokens, `share` of the mini-batch's tokens."""
-        if name.endswith("_max"):
+        kind = extreme(name)
+        if kind == "max":
             self._values[name] = max(self._values.get(name, value), value)
-        elif name.endswith("_min"):
+        elif kind == "min":
             self._values[name] = min(self._values.get(name, value), value)
         else:
             self.add_sum(name, value * share)
@@ -40,9 +51,10 @@ class StepMetrics:
         merged: dict[str, float] = {}
         for name in {n for step in steps for n in step}:
             values = [step[name] for step in steps if name in step]
-            if name.endswith("_max"):
+            kind = extreme(name)
+            if kind == "max":
                 merged[name] = max(values)
-            elif name.endswith("_min"):
+            elif kind == "min":
                 merged[name] = min(values)
             else:
                 merged[name] = sum(values) / len(values)
