@@ -1,6 +1,8 @@
-"""learner_strategy='deepspeed' (ZeRO-2 on CPU, gloo): two DeepSpeed learners take the update of
-one torch learner, and their checkpoint (weights and Adam's per-parameter state, gathered from
-the partitions) restores into a torch learner and into DeepSpeed learners."""
+"""learner_strategy='deepspeed' (ZeRO-2 and ZeRO-3 on CPU, gloo): two DeepSpeed learners take the
+update of one torch learner, and their checkpoint (weights and Adam's per-parameter state,
+gathered from the partitions) restores into a torch learner and into DeepSpeed learners; under
+ZeRO-3 the env runners receive the weights gathered from both; with CPU offload, the same
+update."""
 
 from __future__ import annotations
 
@@ -24,8 +26,17 @@ SETTINGS = dict(rollout_batch_size=4, num_return_sequences_in_group=4, response_
                 use_kl_loss=True, kl_loss_coef=0.1)
 
 
-def build(strategy: str, num_learners: int):
-    return embedded_config("topr", seed=3, **SETTINGS, learner_strategy=strategy) \
+# ZeRO-3 partitions every weight (DeepSpeed keeps weights under 1e5 elements whole by default:
+# all of the embedded model's), and gathers them for syncs and checkpoints in several buckets
+# (the embedded model is ~1 MB).
+ZERO = {"zero2": {"zero_stage": 2},
+        "zero3": {"zero_stage": 3, "weight_sync_bucket_bytes": 2**17,
+                  "deepspeed_config": {"zero_optimization": {
+                      "stage3_param_persistence_threshold": 0}}}}
+
+
+def build(strategy: str, num_learners: int, **zero):
+    return embedded_config("topr", seed=3, **SETTINGS, learner_strategy=strategy, **zero) \
         .learners(num_learners=num_learners).build_algo()
 
 
@@ -49,13 +60,52 @@ def test_the_config_rejects_what_the_deepspeed_learner_does_not_do():
     with pytest.raises(ValueError, match="does not train a critic"):
         embedded_config("ppo", adv_estimator="gae", learner_strategy="deepspeed") \
             .learners(num_learners=2).validate()
-    with pytest.raises(ValueError, match="zero_stage=3 .*must be one of \\[2\\]"):
-        embedded_config("topr", learner_strategy="deepspeed", zero_stage=3).validate()
+    with pytest.raises(ValueError, match="zero_stage=1 .*must be one of \\[2, 3\\]"):
+        embedded_config("topr", learner_strategy="deepspeed", zero_stage=1).validate()
+    with pytest.raises(ValueError, match="offload_param=True\\) only with zero_stage=3"):
+        embedded_config("topr", learner_strategy="deepspeed", offload_param=True) \
+            .learners(num_learners=1).validate()
+    with pytest.raises(ValueError, match="LoRA adapters on ZeRO-3"):
+        embedded_config("topr", learner_strategy="deepspeed", zero_stage=3, lora_rank=4) \
+            .learners(num_learners=1).validate()
+    for zero in ({"zero_stage": 3}, {"offload_optimizer": True}, {"deepspeed_config": {"a": 1}}):
+        with pytest.raises(ValueError, match="configure DeepSpeed's ZeRO, but learner_strategy="):
+            embedded_config("topr", **zero).validate()
+    with pytest.raises(ValueError, match="sets gradient_clipping, zero_optimization.stage from"):
+        embedded_config("topr", learner_strategy="deepspeed", deepspeed_config={
+            "gradient_clipping": 2.0, "zero_optimization": {"stage": 1}}) \
+            .learners(num_learners=1).validate()
 
 
-def test_two_deepspeed_learners_take_the_update_of_one_torch_learner_and_checkpoint_it(tmp_path):
-    one, two = build("torch", 0), build("deepspeed", 2)
+def test_deepspeed_config_extras_merge_into_the_built_config():
+    from rllib_llm.learner.deepspeed_config import deepspeed_config
+
+    cfg = embedded_config("topr", learner_strategy="deepspeed", zero_stage=3,
+                          offload_optimizer=True, grad_clip=0.5,
+                          deepspeed_config={"zero_optimization": {"overlap_comm": False}})
+    built = deepspeed_config(cfg, num_trainable=1000)
+    assert built["zero_optimization"] == {
+        "stage": 3, "reduce_bucket_size": 1000, "allgather_bucket_size": 1000,
+        "offload_optimizer": {"device": "cpu"}, "overlap_comm": False}
+    assert built["gradient_clipping"] == 0.5
+
+
+@pytest.mark.parametrize("zero", sorted(ZERO))
+def test_two_deepspeed_learners_take_the_update_of_one_torch_learner_and_checkpoint_it(
+        tmp_path, zero):
+    one, two = build("torch", 0), build("deepspeed", 2, **ZERO[zero])
     try:
+        # ZeRO-3: each learner holds a partition of every weight (placeholders in the module).
+        held = two.learner_group.foreach_learner(lambda learner: sum(
+            p.numel() for p in learner.module[DEFAULT_MODULE_ID].parameters())).result_or_errors
+        assert all((r.get() == 0) == (zero == "zero3") for r in held)
+        if zero == "zero3":  # syncs and checkpoints gather them a bucket (128 KiB) at a time
+            buckets = two.learner_group.foreach_learner(lambda learner: [
+                [v.ds_numel * v.element_size() for _, v in bucket] for bucket in
+                learner.module[DEFAULT_MODULE_ID].partitioned._buckets(lambda key: True)])
+            for sizes in (r.get() for r in buckets.result_or_errors):
+                assert len(sizes) >= 8, sizes  # (a larger weight is a bucket of its own)
+                assert all(sum(b) <= 2**17 or len(b) == 1 for b in sizes), sizes
         episodes = one.env_runner_group.local_env_runner.sample()
         results = {}
         for name, algo in (("one", one), ("two", two)):
@@ -87,7 +137,7 @@ def test_two_deepspeed_learners_take_the_update_of_one_torch_learner_and_checkpo
     # take the same next update (DeepSpeed's fp32 master weights and step count restored too).
     after = {}
     for strategy, n in (("torch", 0), ("deepspeed", 2)):
-        algo = build(strategy, n)
+        algo = build(strategy, n, **(ZERO[zero] if n else {}))
         try:
             algo.restore_from_path(tmp_path / "deepspeed")
             restored, state = weights(algo), adam_state(algo)
@@ -150,3 +200,26 @@ def test_a_non_finite_step_is_skipped_counted_and_then_stops_training():
             algo._update_learners(episodes)
         finally:
             algo.stop()
+
+
+def test_zero3_with_cpu_offload_takes_the_same_update_and_syncs_it_to_the_env_runners():
+    """Weights and Adam's state in CPU memory (offload_param, offload_optimizer): the update of
+    one torch learner, and the env runners get the weights gathered from the two partitions."""
+    one = build("torch", 0)
+    two = build("deepspeed", 2, **ZERO["zero3"], offload_optimizer=True, offload_param=True)
+    try:
+        episodes = one.env_runner_group.local_env_runner.sample()
+        weights_before = weights(one)
+        for algo in (one, two):
+            algo._update_learners(episodes)
+        w1 = weights(one)
+        two._sync_weights()
+        runner = two.env_runner_group.local_env_runner.module.get_state(
+            inference_only=True)
+    finally:
+        one.stop()
+        two.stop()
+    assert runner.keys() == {k for k in w1 if k.startswith("model.")}
+    assert max(float((w1[k] - weights_before[k]).abs().max()) for k in runner) > 1e-4
+    for k in runner:
+        assert torch.allclose(torch.as_tensor(runner[k]), w1[k], atol=2e-5), k

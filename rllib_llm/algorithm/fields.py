@@ -344,10 +344,26 @@ FIELDS: tuple[Field, ...] = (
           one_of(("torch", "deepspeed")), "optimisation"),
     Field("zero_stage", 2,
           "DeepSpeed's ZeRO stage with learner_strategy='deepspeed': 2 partitions Adam's state "
-          "and the gradients across the learners (each keeps the full weights). Stage 3 (the "
-          "weights partitioned too) is not built yet: its weight sync and checkpoints need "
-          "every learner to gather the shards together.",
-          one_of((2,)), "optimisation"),
+          "and the gradients across the learners (each keeps the full weights); 3 partitions the "
+          "weights too (the reference model's included): each forward gathers a layer's weights "
+          "and frees them after, and weight syncs and checkpoints gather them from every "
+          "learner, weight_sync_bucket_bytes at a time, into one copy on the first learner.",
+          one_of((2, 3)), "optimisation"),
+    Field("offload_optimizer", False,
+          "DeepSpeed ZeRO-Offload (offload_optimizer.device='cpu'): Adam's state and the fp32 "
+          "master weights live in CPU memory and the optimizer step runs there (torch's Adam; "
+          "DeepSpeed's compiled CPU Adam is not built). On a CPU learner they are in CPU memory "
+          "anyway: the same update through DeepSpeed's offload code.", boolean, "optimisation"),
+    Field("offload_param", False,
+          "DeepSpeed ZeRO-Infinity's parameter offload (offload_param.device='cpu', zero_stage=3 "
+          "only): each learner's partition of the weights lives in CPU memory and is fetched for "
+          "the layer being computed.", boolean, "optimisation"),
+    Field("deepspeed_config", {},
+          "More DeepSpeed config for learner_strategy='deepspeed', merged into the one built "
+          "from the fields above (nested dicts merge key by key), e.g. {'zero_optimization': "
+          "{'stage3_param_persistence_threshold': 0}}. Keys those fields set (stage, offload, "
+          "clipping, precision, batch sizes, accumulation) are rejected: set the fields.",
+          lambda v: None if isinstance(v, dict) else "must be a dict", "optimisation"),
     Field("max_consecutive_nonfinite_steps", 3,
           "An optimizer step whose loss or gradient is not finite is skipped (counted: "
           "learners/default_policy/num_nonfinite_steps_skipped); after this many in a row "

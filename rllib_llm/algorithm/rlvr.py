@@ -8,7 +8,6 @@ from typing import Any
 import ray
 from ray.rllib.algorithms.algorithm import Algorithm
 from ray.rllib.callbacks.utils import make_callback
-from ray.rllib.core import COMPONENT_LEARNER_GROUP
 from ray.rllib.utils.metrics import (
     ENV_RUNNER_RESULTS,
     LEARNER_RESULTS,
@@ -142,11 +141,6 @@ class RLVR(Algorithm):
 
     # --- checkpoints ------------------------------------------------------------------------------
     def get_state(self, components=None, *, not_components=None, **kwargs):
-        if self.config.learner_strategy == "deepspeed" and self._check_component(
-                COMPONENT_LEARNER_GROUP, components, not_components):
-            # Adam's state is partitioned across the learners: all of them gather it together
-            # before RLlib asks the first one for its state.
-            self.learner_group.foreach_learner(lambda learner: learner.gather_optimizer_state())
         state = super().get_state(components, not_components=not_components, **kwargs)
         group = self.env_runner_group
         if group is not None and group.num_remote_env_runners() > 0:

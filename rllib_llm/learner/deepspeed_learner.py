@@ -1,63 +1,109 @@
-"""learner_strategy='deepspeed': RLVRLearner on a DeepSpeed ZeRO-2 engine (the deepspeed extra;
-the only module that imports DeepSpeed).
+"""learner_strategy='deepspeed': RLVRLearner on a DeepSpeed ZeRO-2 or ZeRO-3 engine (the
+deepspeed extra; the only module that imports DeepSpeed).
 
 Each of RLlib's learner actors is one ZeRO rank of the process group RLlib's learner group
 already set up (gloo on CPU, NCCL on GPUs). The optimizer RLlib registered (torch Adam, with
 RLlib's learning-rate schedule writing its param groups) becomes the one DeepSpeed partitions:
-each rank keeps 1/world of Adam's moments and of the fp32 master weights, and the full weights,
-so the module's state — weight sync, evaluation, export — is unchanged. Batches, shares and
-normalisers are the DDP learners' (`data_parallel.py`): the update is the one-learner update
-(tested). DeepSpeed clips by the global norm (grad_clip) and skips a step whose gradient is not
-finite; a non-finite loss skips it before any reduction.
+each rank keeps 1/world of Adam's moments and of the fp32 master weights. Under ZeRO-2 each
+rank keeps the full weights; under ZeRO-3 it keeps 1/world of them too (the reference model's
+included), and DeepSpeed's hooks gather a layer's weights for each forward and backward. Batches,
+shares and normalisers are the DDP learners' (`data_parallel.py`): every rank runs the same
+number of forward passes (equal shares of whole prompt groups), as ZeRO-3's gathers need, and
+the update is the one-learner update (tested). DeepSpeed clips by the global norm (grad_clip)
+and skips a step whose gradient is not finite; a non-finite loss skips it before any reduction.
+`offload_optimizer` and `offload_param` are DeepSpeed's CPU offload.
 
-Checkpoints hold what a torch learner's hold — the full weights and, per parameter, torch Adam's
-state — so they restore into either kind of learner. Adam's moments are partitioned, so every
-rank takes part in gathering them (`gather_optimizer_state`, which `RLVR.get_state` calls on all
-learners before RLlib asks the first one for its state); a restore scatters them back and
-refreshes the fp32 master weights from the restored ones.
+State is gathered by every rank together (`RLVRLearnerGroup.get_state` asks them all; the first
+rank returns it). Checkpoints hold what a torch learner's hold — the full weights and, per
+parameter, torch Adam's state — so they restore into either kind of learner; a restore scatters
+them back into the partitions and refreshes the fp32 master weights. Under ZeRO-3 the weights of
+a sync or checkpoint are gathered `weight_sync_bucket_bytes` at a time (`PartitionedWeights`):
+the whole model exists once, as the first rank's CPU copy, never whole on any rank's device.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-from ray.rllib.core import DEFAULT_MODULE_ID
+import torch.distributed as dist
+from ray.rllib.core import COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
 
+from rllib_llm.learner.deepspeed_config import deepspeed_config
 from rllib_llm.learner.learner import GRAD_NORM, RLVRLearner
+from rllib_llm.learner.module import RUN_IN_FORWARD
 
 INSTALL_HINT = ("DS_BUILD_OPS=0 pip install --no-build-isolation 'rllib_llm[deepspeed]' "
                 "(with torch installed first)")
 _ADAM_MOMENTS = ("exp_avg", "exp_avg_sq")
 
 
-# DeepSpeed's default bucket (5e8 elements) is allocated whole: 2 GiB of fp32 per learner even for
-# a tiny model, and measured 30x slower per update on the embedded model. A bucket never needs
-# to exceed the trainable weights.
-MAX_BUCKET = 500_000_000
+class PartitionedWeights:
+    """A ZeRO-3 module's weights as a state dict (`RLVRModule.partitioned`).
 
-
-def deepspeed_config(cfg, num_trainable: int) -> dict[str, Any]:
-    """DeepSpeed's config for an RLVRConfig: ZeRO stage, clipping and precision from its fields,
-    buckets no larger than the `num_trainable` weights.
-
-    The batch sizes are nominal: RLVRLearner feeds its own micro-batches and owns the
-    accumulation boundary (`managed_gradient_accumulation` off: `step()` is the boundary).
+    Collective: every rank calls `state_dict` and `load` at once. Weights are gathered
+    `bucket_bytes` at a time, so a rank's device never holds the whole model; the first rank
+    keeps a CPU copy of each bucket (tied weights stay one tensor), the others keep nothing.
     """
-    bucket = max(1, min(MAX_BUCKET, num_trainable))
-    return {
-        "train_micro_batch_size_per_gpu": 1,
-        "gradient_accumulation_steps": 1,
-        "managed_gradient_accumulation": False,
-        "zero_optimization": {"stage": cfg.zero_stage, "reduce_bucket_size": bucket,
-                              "allgather_bucket_size": bucket},
-        "gradient_clipping": cfg.grad_clip or 0.0,
-        "bf16": {"enabled": cfg.model_dtype == "bfloat16", "check_grad_overflow": True},
-        "zero_allow_untested_optimizer": True,  # RLlib's torch Adam
-        "steps_per_print": 2**31 - 1,
-    }
+
+    def __init__(self, module: torch.nn.Module, *, bucket_bytes: int, first: bool) -> None:
+        self.module, self.bucket_bytes, self.first = module, bucket_bytes, first
+
+    def state_dict(self, include: Callable[[str], bool]) -> dict[str, torch.Tensor]:
+        """The keys of `module.state_dict()` that `include` accepts, whole, on the first rank
+        ({} on the others)."""
+        import deepspeed
+
+        out: dict[str, torch.Tensor] = {}
+        copies: dict[int, torch.Tensor] = {}
+        for bucket in self._buckets(include):
+            params = [p for _, p in bucket if hasattr(p, "ds_id")]
+            with deepspeed.zero.GatheredParameters(_unique(params), modifier_rank=None):
+                if self.first:
+                    for key, value in bucket:
+                        if id(value) not in copies:
+                            copies[id(value)] = value.detach().to("cpu", copy=True)
+                        out[key] = copies[id(value)]
+        return out
+
+    def load(self, tensors: Mapping[str, torch.Tensor]) -> tuple[list[str], list[str]]:
+        """Overwrite the weights with `tensors` (the same on every rank): each bucket is
+        gathered, written on the first rank and partitioned again from it. Returns
+        (missing keys, unexpected keys), as `load_state_dict(strict=False)` does."""
+        import deepspeed
+
+        names = set(self.module.state_dict(keep_vars=True))
+        for bucket in self._buckets(lambda key: key in tensors):
+            params = [p for _, p in bucket if hasattr(p, "ds_id")]
+            with deepspeed.zero.GatheredParameters(_unique(params), modifier_rank=0), \
+                    torch.no_grad():
+                for key, value in bucket:
+                    if self.first or not hasattr(value, "ds_id"):  # buffers: on every rank
+                        value.data.copy_(tensors[key])
+        return sorted(names - set(tensors)), sorted(set(tensors) - names)
+
+    def _buckets(self, include: Callable[[str], bool]):
+        """[(key, parameter or buffer)] runs of at most `bucket_bytes` of weights, in order (a
+        larger weight is a bucket of its own)."""
+        bucket, size = [], 0
+        for key, value in self.module.state_dict(keep_vars=True).items():
+            if not include(key):
+                continue
+            nbytes = getattr(value, "ds_numel", value.numel()) * value.element_size()
+            if bucket and size + nbytes > self.bucket_bytes:
+                yield bucket
+                bucket, size = [], 0
+            bucket.append((key, value))
+            size += nbytes
+        if bucket:
+            yield bucket
+
+
+def _unique(params: list[torch.nn.Parameter]) -> list[torch.nn.Parameter]:
+    return list({id(p): p for p in params}.values())
 
 
 class DeepSpeedRLVRLearner(RLVRLearner):
@@ -80,7 +126,15 @@ class DeepSpeedRLVRLearner(RLVRLearner):
         self._engine, *_ = deepspeed.initialize(
             model=module, optimizer=optimizer, config=deepspeed_config(self.config, trainable),
             dist_init_required=False)
-        self._gathered: dict[str, Any] | None = None
+        self._first = dist.get_rank() == 0
+        # Every forward runs inside the engine's, where DeepSpeed's per-forward work starts.
+        module.forward_via = lambda fn: self._engine({}, **{RUN_IN_FORWARD: fn})
+        if self.config.zero_stage == 3:
+            module.partitioned = PartitionedWeights(
+                module, bucket_bytes=self.config.weight_sync_bucket_bytes, first=self._first)
+
+    def _forward_train(self, micro: dict[str, torch.Tensor]) -> dict[str, Any]:
+        return {DEFAULT_MODULE_ID: self._engine(micro)}  # the module's forward_train
 
     def _gradient_sync(self, *, last: bool):
         return contextlib.nullcontext()  # gradients are reduced in `step()`, the boundary
@@ -104,15 +158,27 @@ class DeepSpeedRLVRLearner(RLVRLearner):
         step[GRAD_NORM] = norm
         return step
 
-    # --- checkpoints: torch Adam's per-parameter state, gathered from the partitions -----------
+    # --- state: gathered by every rank together (RLVRLearnerGroup.get_state) -----------------
+    def get_state(self, components=None, *, not_components=None, **kwargs):
+        """Collective: every learner at once. The first rank returns the state, gathered from
+        all partitions; the others return None."""
+        state = super().get_state(components, not_components=not_components, **kwargs)
+        return state if self._first else None
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Collective under ZeRO-3. Restored weights also become the fp32 master weights
+        (otherwise the next step would update the old ones)."""
+        super().set_state(state)
+        if COMPONENT_RL_MODULE in state:
+            self._engine.optimizer.refresh_fp32_params()
+
     def _params_in_order(self) -> list[torch.nn.Parameter]:
         """The optimizer's parameters in RLlib's order (the order of a torch Adam state_dict)."""
         optimizer = self._named_optimizers[self._ds_optimizer_name]
         return list(self._optimizer_parameters[optimizer])
 
-    def gather_optimizer_state(self) -> None:
-        """Collective (every learner at once): the full per-parameter Adam state, kept by each
-        rank for the next `get_state`."""
+    def _get_optimizer_state(self) -> dict[str, Any]:
+        """torch Adam's per-parameter state, gathered from the partitions (collective)."""
         from deepspeed.utils import safe_get_full_optimizer_state
 
         inner = self._engine.optimizer.optimizer  # the torch Adam over the flat partitions
@@ -120,22 +186,14 @@ class DeepSpeedRLVRLearner(RLVRLearner):
         state = {}
         for i, param in enumerate(self._params_in_order()):
             moments = {key: safe_get_full_optimizer_state(param, key) for key in _ADAM_MOMENTS}
-            if any(m is None for m in moments.values()):
-                continue  # no step taken yet
+            if any(m is None for m in moments.values()) or not self._first:
+                continue  # no step taken yet, or another rank keeps it
             state[i] = {"step": torch.tensor(max(steps)),
                         **{k: m.detach().cpu().clone() for k, m in moments.items()}}
         group = {k: v for k, v in inner.param_groups[0].items() if k != "params"}
         group["params"] = list(range(len(self._params_in_order())))
-        self._gathered = {"state": state, "param_groups": [group]}
-
-    def _get_optimizer_state(self) -> dict[str, Any]:
-        if self._gathered is None:
-            raise RuntimeError(
-                "DeepSpeed learner: Adam's state is partitioned across the learners; call "
-                "gather_optimizer_state() on every learner first (RLVR.get_state does)."
-            )
-        state, self._gathered = self._gathered, None
-        return {self._ds_optimizer_name: {"module_id": DEFAULT_MODULE_ID, "state": state}}
+        return {self._ds_optimizer_name: {"module_id": DEFAULT_MODULE_ID,
+                                          "state": {"state": state, "param_groups": [group]}}}
 
     def _set_optimizer_state(self, state: dict[str, Any]) -> None:
         """A torch Adam state_dict (from either kind of learner) into this rank's partition,
@@ -144,14 +202,18 @@ class DeepSpeedRLVRLearner(RLVRLearner):
 
         saved = state[self._ds_optimizer_name]["state"]
         params = self._params_in_order()
-        inner = self._engine.optimizer.optimizer
-        for group in inner.param_groups:  # torch Adam creates its state at the first step
-            for flat in group["params"]:
-                if flat not in inner.state:
-                    inner.state[flat] = {"step": torch.tensor(0.0),
-                                         **{k: torch.zeros_like(flat) for k in _ADAM_MOMENTS}}
-        # Each parameter's view into the partition's state (DeepSpeed links it at the first step).
-        self._engine.optimizer._lazy_init_hp_params_optimizer_state()
+        zero = self._engine.optimizer
+        inner = zero.optimizer
+        # ZeRO-3 lists its flat partitions in the param groups only during a step.
+        flats = zero.fp32_partitioned_groups_flat if self.config.zero_stage == 3 else \
+            [flat for group in inner.param_groups for flat in group["params"]]
+        for flat in flats:  # torch Adam creates its state at the first step
+            if flat not in inner.state:
+                inner.state[flat] = {"step": torch.tensor(0.0),
+                                     **{k: torch.zeros_like(flat) for k in _ADAM_MOMENTS}}
+        if self.config.zero_stage == 2:
+            # Each parameter's view into the partition's state (linked at the first step).
+            zero._lazy_init_hp_params_optimizer_state()
         for i, param in enumerate(params):
             entry = saved["state"].get(i, saved["state"].get(str(i)))
             if entry is None:
@@ -165,4 +227,4 @@ class DeepSpeedRLVRLearner(RLVRLearner):
                     flat_state["step"].dtype)
         for group, saved_group in zip(inner.param_groups, saved["param_groups"]):
             group.update({k: v for k, v in saved_group.items() if k != "params"})
-        self._engine.optimizer.refresh_fp32_params()
+        zero.refresh_fp32_params()

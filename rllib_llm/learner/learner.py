@@ -191,7 +191,7 @@ class RLVRLearner(TorchLearner):
         for i, micro in enumerate(micros):
             # DDP all-reduces the gradients once per step, in the last micro-batch's backward.
             with self._gradient_sync(last=i == len(micros) - 1):
-                fwd_out = self.module.forward_train({DEFAULT_MODULE_ID: micro})
+                fwd_out = self._forward_train(micro)
                 loss = self.compute_losses(fwd_out=fwd_out, batch={DEFAULT_MODULE_ID: micro})[
                     DEFAULT_MODULE_ID]
                 # DDP averages over ranks; each rank's piece is normalised by the whole
@@ -201,6 +201,9 @@ class RLVRLearner(TorchLearner):
         metrics.add_sum(TOTAL_LOSS, float(total))
         step = data_parallel.all_reduce_step_metrics(metrics.values())
         return self._apply_step(step, torch.tensor(step[TOTAL_LOSS], dtype=torch.float64))
+
+    def _forward_train(self, micro: dict[str, torch.Tensor]) -> dict[str, Any]:
+        return self.module.forward_train({DEFAULT_MODULE_ID: micro})
 
     def _backward(self, loss: torch.Tensor) -> None:
         loss.backward()

@@ -29,6 +29,8 @@ from rllib_llm.models.value_model import (
 
 MODEL = "model"  # the causal LM
 REFERENCE = "reference_model"
+# forward_train's keyword that runs a function inside the module's forward (see `forward_via`).
+RUN_IN_FORWARD = "run_in_forward"
 CRITIC = "critic"  # a separate value model (models/value_model.py)
 VALUE_HEAD = "value_head"  # a value head on the policy's own trunk
 # What env runners (inference_only=True) never build, hold or receive.
@@ -145,7 +147,10 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
 
     def _forward_train(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
         """log-probs and entropies (B, T) of the response tokens, and their values (B, T) when
-        the module has a critic."""
+        the module has a critic. (`RUN_IN_FORWARD=fn` runs fn instead: see `forward_via`.)"""
+        run = kwargs.get(RUN_IN_FORWARD)
+        if run is not None:
+            return run()
         tokens = batch["response_ids"]  # (B, T)
         t = tokens.shape[1]
         out = {}
@@ -196,11 +201,21 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
         try:
             n = batch["response_ids"].shape[0]
             size = self.score_batch_size or n
-            return torch.cat([fn({k: batch[k][start : start + size]
-                                  for k in ("input_ids", "attention_mask", "response_ids")})
-                              for start in range(0, n, size)])
+            keys = ("input_ids", "attention_mask", "response_ids")
+            return torch.cat([
+                self._in_forward(lambda s=start: fn({k: batch[k][s : s + size] for k in keys}))
+                for start in range(0, n, size)])
         finally:
             model.train(was_training)
+
+    # A DeepSpeed learner sets `forward_via` to a call of its engine's forward, which runs the
+    # module's forward_train: DeepSpeed starts its bookkeeping for a forward there (gradient
+    # accumulation across micro-batches; under ZeRO-3 the gathering of weights), so scoring
+    # runs inside it too, as `RUN_IN_FORWARD`.
+    forward_via = None
+
+    def _in_forward(self, fn):
+        return fn() if self.forward_via is None else self.forward_via(fn)
 
     @torch.no_grad()
     def score_tokens(self, batch: dict[str, Any], *, reference: bool) -> torch.Tensor:
@@ -231,9 +246,18 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
     # With LoRA the learner's state holds the adapters and not the frozen base (it comes from
     # model_name_or_path), and its inference-only state (what env runners receive) the merged
     # weights under the model's own names.
+    #
+    # Under ZeRO-3 a DeepSpeed learner sets `partitioned` (learner/deepspeed_learner.py): the
+    # parameters are then empty placeholders, and state dicts are gathered from, and loaded
+    # into, every learner's partition (collectives: every learner calls these at once).
+    partitioned = None
+
     def get_state(self, components=None, *, not_components=None, inference_only=False, **kw):
         if inference_only and self._adapters:
             state = {f"{MODEL}.{k}": v for k, v in self.policy_weights().items()}
+        elif self.partitioned is not None:
+            state = self.partitioned.state_dict(
+                include=lambda k: not (inference_only and _non_inference(k)))
         else:
             state = self.state_dict()
         if inference_only:
@@ -245,6 +269,10 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
     def policy_weights(self) -> dict[str, torch.Tensor]:
         """The causal LM's weights under its Hugging Face names (what engines load), the
         adapters merged in."""
+        if self.partitioned is not None:
+            prefix = f"{MODEL}."
+            return {k[len(prefix):]: v for k, v in self.partitioned.state_dict(
+                include=lambda k: k.startswith(prefix)).items()}
         return lora.merged_weights(self.model) if self._adapters else self.model.state_dict()
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -253,7 +281,10 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
         if adapters and not self._adapters:
             # A LoRA learner's state into plain weights (an export): merge into the base.
             tensors = self._merged(tensors, adapters)
-        missing, unexpected = self.load_state_dict(tensors, strict=False)
+        if self.partitioned is not None:
+            missing, unexpected = self.partitioned.load(tensors)
+        else:
+            missing, unexpected = self.load_state_dict(tensors, strict=False)
         # An inference-only copy never holds reference or critic, a LoRA state never the frozen
         # base; anything else missing is a bug.
         missing = [k for k in missing

@@ -1,0 +1,27 @@
+"""`RLVRLearnerGroup`: RLlib's LearnerGroup, except that DeepSpeed learners hand over their state
+together.
+
+RLlib asks one learner (the first healthy one) for the group's state: weight syncs, checkpoints,
+`get_weights`. A DeepSpeed learner's state is partitioned — Adam's moments under ZeRO-2, the
+weights too under ZeRO-3 — and gathering it is a collective every rank must join, so here every
+learner is asked at once and the first rank's answer is the group's (the others gather their
+pieces for it and return nothing). Everything else is RLlib's.
+"""
+
+from __future__ import annotations
+
+from ray.rllib.core import COMPONENT_LEARNER
+from ray.rllib.core.learner.learner_group import LearnerGroup
+
+
+class RLVRLearnerGroup(LearnerGroup):
+    def get_state(self, components=None, *, not_components=None, **kwargs):
+        if (self.is_local or self.config.learner_strategy != "deepspeed"
+                or not self._check_component(COMPONENT_LEARNER, components, not_components)):
+            return super().get_state(components, not_components=not_components, **kwargs)
+        comps = self._get_subcomponents(COMPONENT_LEARNER, components)
+        not_comps = self._get_subcomponents(COMPONENT_LEARNER, not_components)
+        states = self._get_results(self.foreach_learner(
+            lambda learner: learner.get_state(comps, not_components=not_comps, **kwargs)))
+        (state,) = [s for s in states if s is not None]  # the first rank's
+        return {COMPONENT_LEARNER: state}
