@@ -125,6 +125,7 @@ class MathVerifyEnv(gymnasium.Env):
         self._order_rng = random.Random(cfg.seed)
         self._order: list[int] = []
         self._order_pos = 0
+        self._shard, self._num_shards = 0, 1  # the whole order (see shard_order)
         # The current episode: its prompt and the agent's tokens so far, the first
         # `_num_actions` entries of a buffer reused by every episode (O(T) in all).
         self._prompt_index = -1
@@ -260,6 +261,22 @@ class MathVerifyEnv(gymnasium.Env):
         """
         return self._counters.as_dict()
 
+    def shard_order(self, shard: int, num_shards: int, seed: int) -> None:
+        """Walk only share `shard` of `num_shards` of the data set, from a fresh order seeded
+        with `seed`: envs given the same seed and shards 0..num_shards-1 never draw the same
+        problem in the same epoch. Each takes positions shard, shard + num_shards, ... of every
+        epoch's shuffled order, the same number (num_problems // num_shards; the rest of the
+        epoch is skipped, a different rest each epoch), so the envs stay in step. The env
+        runners call it: runner i of n takes share i - 1."""
+        if not 0 <= shard < num_shards:
+            raise ValueError(f"shard={shard} must be in [0, num_shards={num_shards})")
+        if num_shards > self.num_problems:
+            raise ValueError(f"{num_shards} shares of {self.num_problems} problems would leave "
+                             "some empty; use fewer env runners or more problems")
+        self._shard, self._num_shards = shard, num_shards
+        self._order_rng = random.Random(seed)
+        self._order, self._order_pos = [], 0
+
     def order_state(self) -> dict[str, Any]:
         """Where `reset()` stands in its seeded walk over the data set (for checkpoints)."""
         return {"rng": self._order_rng.getstate(), "order": list(self._order),
@@ -282,9 +299,12 @@ class MathVerifyEnv(gymnasium.Env):
             if "prompt_index" in options:
                 return self._check_prompt_index(options["prompt_index"])
         if self._order_pos >= len(self._order):
-            # A new epoch: every problem once, in a fresh order.
-            self._order = list(range(self.num_problems))
-            self._order_rng.shuffle(self._order)
+            # A new epoch: every problem once (every problem of this env's share), in a fresh
+            # order.
+            order = list(range(self.num_problems))
+            self._order_rng.shuffle(order)
+            n = self._num_shards
+            self._order = order[self._shard::n][: self.num_problems // n]
             self._order_pos = 0
         self._order_pos += 1
         return self._order[self._order_pos - 1]

@@ -209,6 +209,11 @@ class TextTurnEnv(gymnasium.Env):
     def num_dropped_prompts(self) -> int:
         return getattr(self.text_env, "num_dropped_prompts", 0)
 
+    @property
+    def shard_order(self):
+        """The text env's `shard_order` (AttributeError when it has none)."""
+        return self.text_env.shard_order
+
     def order_state(self) -> dict[str, Any]:
         order_state = getattr(self.text_env, "order_state", None)
         return order_state() if order_state is not None else {}

@@ -154,6 +154,9 @@ class ToolEnv:
     def num_dropped_prompts(self) -> int:
         return self.problems.num_dropped_prompts
 
+    def shard_order(self, shard: int, num_shards: int, seed: int) -> None:
+        self.problems.shard_order(shard, num_shards, seed)
+
     def order_state(self) -> dict[str, Any]:
         return self.problems.order_state()
 

@@ -500,3 +500,20 @@ def test_importing_the_package_stays_light():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# --- shares of the data (several env runners) ---------------------------------------------------
+def test_shards_with_one_seed_draw_disjoint_problems_in_step(embedded):
+    envs = [make_env(embedded) for _ in range(3)]
+    n = envs[0].num_problems
+    for shard, env in enumerate(envs):
+        env.shard_order(shard, 3, seed=7)
+    per_epoch = n // 3
+    for _ in range(2):  # two epochs, each with a fresh shuffle
+        draws = [[env.reset()[1]["prompt_index"] for _ in range(per_epoch)] for env in envs]
+        flat = [i for d in draws for i in d]
+        assert len(set(flat)) == len(flat) == 3 * per_epoch  # disjoint, no repeats
+    with pytest.raises(ValueError, match="shard=3 must be in"):
+        envs[0].shard_order(3, 3, seed=7)
+    with pytest.raises(ValueError, match="would leave some empty"):
+        envs[0].shard_order(0, n + 1, seed=7)

@@ -118,6 +118,18 @@ def test_learner_scores_sampled_tokens_exactly_as_the_sampler_did():
     algo.stop()
 
 
+def test_remote_env_runners_split_the_prompts_without_duplicates():
+    algo = embedded_config("topr", **TINY).env_runners(num_env_runners=2).build_algo()
+    try:
+        draws = algo.env_runner_group.foreach_env_runner(
+            lambda r: [info["prompt_index"] for _, info in (r.env.reset() for _ in range(300))],
+            local_env_runner=False)
+    finally:
+        algo.stop()
+    flat = [i for d in draws for i in d]
+    assert len(draws) == 2 and len(set(flat)) == len(flat) == 600
+
+
 def test_remote_env_runners_train_and_survive_a_killed_runner():
     algo = (embedded_config("topr", **TINY)
             .env_runners(num_env_runners=2)

@@ -92,6 +92,7 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         self._module_seq_no = 0  # version of the weights in self.module (what get_state returns)
         self._last_sample_end: float | None = None  # perf_counter() when sample() last returned
         self.env = self._make_env(self._env_config())
+        self._share_prompts()
         self._eval_env = None
         self._eval_env_config: dict[str, Any] | None = None  # what _eval_env was built from
         self.make_module()
@@ -134,6 +135,15 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
             seed=(cfg.seed or 0) + (self.worker_index or 0),
         )
         return env_config
+
+    def _share_prompts(self) -> None:
+        """Remote runner i of n draws share i - 1 of every epoch's prompts, from the order all
+        runners seed alike: the runners of an iteration never sample the same prompt. (An env
+        without `shard_order` walks its own order, seeded per runner.)"""
+        runners = self.config.num_env_runners
+        shard_order = getattr(self.env, "shard_order", None)
+        if runners and self.worker_index and shard_order is not None:
+            shard_order(self.worker_index - 1, runners, self.config.seed or 0)
 
     def _make_env(self, env_config: dict[str, Any]):
         from ray.tune.registry import ENV_CREATOR, _global_registry
