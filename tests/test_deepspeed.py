@@ -156,9 +156,11 @@ def test_two_deepspeed_learners_take_the_update_of_one_torch_learner_and_checkpo
         assert torch.allclose(after["deepspeed"][k], after["torch"][k], atol=2e-5), k
 
 
-def test_bfloat16_weights_train_on_float32_master_weights():
+@pytest.mark.parametrize("zero", sorted(ZERO))
+def test_bfloat16_weights_train_on_float32_master_weights(zero):
     algo = embedded_config("topr", seed=3, **SETTINGS, learner_strategy="deepspeed",
-                           model_dtype="bfloat16").learners(num_learners=2).build_algo()
+                           model_dtype="bfloat16", **ZERO[zero]) \
+        .learners(num_learners=2).build_algo()
     try:
         episodes = algo.env_runner_group.local_env_runner.sample()
         before = weights(algo)
@@ -166,7 +168,9 @@ def test_bfloat16_weights_train_on_float32_master_weights():
         after = weights(algo)
         dtypes = [r.get() for r in algo.learner_group.foreach_learner(lambda learner: (
             next(learner.module[DEFAULT_MODULE_ID].model.parameters()).dtype,
-            learner._engine.optimizer.single_partition_of_fp32_groups[0].dtype,
+            # The first flat partition of the fp32 master weights (ZeRO-2's or ZeRO-3's).
+            (getattr(learner._engine.optimizer, "single_partition_of_fp32_groups", None)
+             or learner._engine.optimizer.fp32_partitioned_groups_flat)[0].dtype,
         )).result_or_errors]
     finally:
         algo.stop()
