@@ -118,6 +118,27 @@ def test_learner_scores_sampled_tokens_exactly_as_the_sampler_did():
     algo.stop()
 
 
+def test_in_one_process_the_sampler_samples_with_the_learners_own_model():
+    """num_env_runners=0: no second copy of the policy; the sampler sees every update."""
+    from ray.rllib.core import DEFAULT_MODULE_ID
+
+    algo = embedded_config("topr", **TINY).build_algo()
+    try:
+        runner, learner = algo.env_runner_group.local_env_runner, algo.learner_group._learner
+        model = learner.module[DEFAULT_MODULE_ID].model
+        assert runner.module.model is model
+        algo.train()
+        assert runner.engine.model is model and runner.engine.weight_version == 1
+    finally:
+        algo.stop()
+    lora = embedded_config("topr", **TINY, lora_rank=4).build_algo()  # adapters: a merged copy
+    try:
+        assert lora.env_runner_group.local_env_runner.module.model is not \
+            lora.learner_group._learner.module[DEFAULT_MODULE_ID].model
+    finally:
+        lora.stop()
+
+
 def test_remote_env_runners_split_the_prompts_without_duplicates():
     algo = embedded_config("topr", **TINY).env_runners(num_env_runners=2).build_algo()
     try:

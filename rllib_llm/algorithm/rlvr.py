@@ -8,6 +8,7 @@ from typing import Any
 import ray
 from ray.rllib.algorithms.algorithm import Algorithm
 from ray.rllib.callbacks.utils import make_callback
+from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.utils.metrics import (
     ENV_RUNNER_RESULTS,
     LEARNER_RESULTS,
@@ -62,6 +63,12 @@ class RLVR(Algorithm):
 
             self._weight_broadcast = BroadcastWeightSync(config, self.learner_group,
                                                          self.env_runner_group)
+        if config.num_env_runners == 0 and config.num_learners == 0 and not config.lora_rank:
+            # One process samples and learns in turn: its sampler samples with the learner's
+            # own model, not a second copy of it (a weight sync then copies nothing). A LoRA
+            # learner's model holds adapters, and the sampler merged weights: no sharing there.
+            self.env_runner_group.local_env_runner.share_policy_model(
+                self.learner_group._learner.module[DEFAULT_MODULE_ID].model)
         self._async = None
         if config.async_generation_ratio:
             self._async = AsyncSampler(

@@ -284,7 +284,14 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
         if self.partitioned is not None:
             missing, unexpected = self.partitioned.load(tensors)
         else:
-            missing, unexpected = self.load_state_dict(tensors, strict=False)
+            # A tensor that already is the weight (a sampler sharing the learner's model) is not
+            # copied onto itself.
+            own = self.state_dict()
+            same = {k for k, v in tensors.items() if k in own and v.shape == own[k].shape
+                    and v.data_ptr() == own[k].data_ptr()}
+            missing, unexpected = self.load_state_dict(
+                {k: v for k, v in tensors.items() if k not in same}, strict=False)
+            missing = [k for k in missing if k not in same]
         # An inference-only copy never holds reference or critic, a LoRA state never the frozen
         # base; anything else missing is a bug.
         missing = [k for k in missing

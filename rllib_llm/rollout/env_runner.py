@@ -136,6 +136,13 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         )
         return env_config
 
+    def share_policy_model(self, model) -> None:
+        """Sample with `model`, the local learner's own policy model, instead of this runner's
+        copy (freed): in one process sampling and updates take turns, so the sampler always
+        sees the learner's current weights, and a weight sync has nothing to copy."""
+        self.module.model = model
+        self._engine = None  # rebuilt around the shared model on first use
+
     def _share_prompts(self) -> None:
         """Remote runner i of n draws share i - 1 of every epoch's prompts, from the order all
         runners seed alike: the runners of an iteration never sample the same prompt. (An env
