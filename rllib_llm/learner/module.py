@@ -19,6 +19,7 @@ from ray.rllib.core.rl_module.apis import InferenceOnlyAPI, ValueFunctionAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
 from rllib_llm.learner.tensor_state import TensorState
+from rllib_llm.learner.token_logp import token_logp_and_entropy
 from rllib_llm.models import DTYPES, load_model, lora
 from rllib_llm.models.value_model import (
     last_hidden_state,
@@ -55,24 +56,6 @@ def response_logits(
         use_cache=False,
     )
     return out.logits[:, :-1]  # (B, T, V)
-
-
-def token_logp_and_entropy(
-    logits: torch.Tensor, tokens: torch.Tensor, temperature: float, *,
-    entropy_grad: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """log pi(token) and the entropy of pi under logits / temperature, both (B, T).
-
-    The sampler drew tokens from softmax(logits / temperature), so the learner scores them the
-    same way; computed in float32 so bf16 models do not lose the small log-prob differences
-    that importance ratios are made of. With `entropy_grad=False` the entropy is computed
-    without autograd: it is then only a metric, and its (B, T, V) graph would cost memory.
-    """
-    logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)  # (B, T, V)
-    logp = logp_all.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # (B, T)
-    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-        entropy = -(logp_all.exp() * logp_all).sum(-1)  # (B, T)
-    return logp, entropy
 
 
 class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
