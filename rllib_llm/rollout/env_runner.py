@@ -140,8 +140,10 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         """Sample with `model`, the local learner's own policy model, instead of this runner's
         copy (freed): in one process sampling and updates take turns, so the sampler always
         sees the learner's current weights, and a weight sync has nothing to copy."""
+        rebuild = self._engine is not None and self._engine_shares_module
         self.module.model = model
-        self._engine = None  # rebuilt around the shared model on first use
+        if rebuild:  # a torch engine samples from the module's model: rebuilt around this one
+            self._engine = None
 
     def _share_prompts(self) -> None:
         """Remote runner i of n draws share i - 1 of every epoch's prompts, from the order all
