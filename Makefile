@@ -59,8 +59,9 @@ demo: setup $(if $(filter vllm,$(ENGINE)),setup-vllm)
 # learning test, every file in examples/ with a short budget, and the wheel installed outside the
 # repo. TEST_WORKERS pytest processes (pytest-xdist) share the tests out: a learning test is one
 # single-threaded process, so on 2 cores two run side by side; worksteal evens out the long tests.
-# Measured on 2 cores: 23.6 minutes for 1,248 tests (2026-11-25, with several learners, DeepSpeed
-# and LoRA). All of .ci/run from a fresh clone (set-up, make test, make test-vllm): 31.0 minutes.
+# Measured on 2 cores: 26.2 minutes for 1,263 tests (2026-11-25, with several learners, DeepSpeed
+# ZeRO-2 and ZeRO-3, and LoRA). All of .ci/run from a fresh clone (set-up, make test, make
+# test-vllm): 35.6 minutes.
 # `make test-vllm` runs the tests marked vllm, one at a time (vLLM spawns engine processes).
 TEST_WORKERS ?= 2
 test: setup setup-smollm2
