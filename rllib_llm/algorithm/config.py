@@ -25,7 +25,7 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
 from rllib_llm import core
 from rllib_llm.algorithm.fields import ALIASES, FIELDS, FIELDS_BY_NAME, check_field
-from rllib_llm.learner.deepspeed_config import owned_deepspeed_keys
+from rllib_llm.learner.deepspeed_config import check_deepspeed_settings
 
 # RLlib settings whose unit is an env step (a token here) or that RLVR's fields replace: a
 # non-default value is rejected, naming the field to use instead.
@@ -48,9 +48,6 @@ ENV_KEYS_FROM_TRAINING = ("model", "prompt_length", "response_length", "seed")
 CRITIC_FIELDS = ("lambd", "critic_lambd", "length_adaptive_alpha", "value_clip",
                  "critic_model_name_or_path", "critic_shares_trunk", "critic_lr",
                  "value_loss_coef", "value_pretrain_steps")
-
-# Settings only a DeepSpeed learner reads.
-DEEPSPEED_FIELDS = ("zero_stage", "offload_optimizer", "offload_param", "deepspeed_config")
 
 
 class RLVRConfig(AlgorithmConfig):
@@ -232,44 +229,6 @@ class RLVRConfig(AlgorithmConfig):
         self._validate_learners()
         self._validate_lora()
 
-    def _validate_deepspeed(self) -> None:
-        """What the DeepSpeed learner needs and does not (yet) do."""
-        why = None
-        if self.num_learners < 1:
-            why = ("needs num_learners >= 1: each learner actor is one ZeRO rank of the process "
-                   "group RLlib sets up for remote learners")
-        elif core.adv_estimator_info(self.adv_estimator).needs_critic:
-            why = (f"does not train a critic (adv_estimator={self.adv_estimator!r}) yet: its two "
-                   "optimizers are not partitioned; use learner_strategy='torch'")
-        elif self.grad_clip_by != "global_norm":
-            why = (f"clips by the global norm only, not grad_clip_by={self.grad_clip_by!r}")
-        elif self.offload_param and self.zero_stage != 3:
-            why = (f"offloads the weights (offload_param=True) only with zero_stage=3, where "
-                   f"they are partitioned; zero_stage={self.zero_stage} keeps them whole")
-        elif owned := owned_deepspeed_keys(self.deepspeed_config):
-            why = (f"sets {', '.join(owned)} from RLVRConfig fields, not from deepspeed_config "
-                   "(zero_stage, offload_optimizer, offload_param, grad_clip, model_dtype, "
-                   "micro_batch_size)")
-        elif self.zero_stage == 3 and self.lora_rank:
-            why = ("does not train LoRA adapters on ZeRO-3's partitioned weights: merging them "
-                   "for the env runners would gather every layer; use zero_stage=2")
-        elif importlib.util.find_spec("deepspeed") is None:
-            why = ("needs DeepSpeed: DS_BUILD_OPS=0 pip install --no-build-isolation "
-                   "'rllib_llm[deepspeed]'")
-        if why:
-            raise ValueError(f"RLVRConfig.learner_strategy='deepspeed' {why}.")
-
-    def _validate_deepspeed_only(self) -> None:
-        """The ZeRO settings are DeepSpeed's: a torch learner would ignore them."""
-        changed = [f"{name}={getattr(self, name)!r}" for name in DEEPSPEED_FIELDS
-                   if getattr(self, name) != FIELDS_BY_NAME[name].default]
-        if changed and self.learner_strategy != "deepspeed":
-            raise ValueError(
-                f"RLVRConfig: {', '.join(changed)} configure DeepSpeed's ZeRO, but "
-                f"learner_strategy={self.learner_strategy!r} would ignore them; set "
-                "learner_strategy='deepspeed' (and num_learners >= 1)."
-            )
-
     def _validate_lora(self) -> None:
         """LoRA settings need lora_rank, and peft installed."""
         if not self.lora_rank:
@@ -289,9 +248,7 @@ class RLVRConfig(AlgorithmConfig):
     def _validate_learners(self) -> None:
         """Several learners (DDP or DeepSpeed) share every mini-batch's prompt groups equally."""
         learners = self.num_learners
-        if self.learner_strategy == "deepspeed" and not self.in_evaluation:
-            self._validate_deepspeed()
-        self._validate_deepspeed_only()
+        check_deepspeed_settings(self)
         if learners <= 1 or self.in_evaluation:
             return
         n = self.num_return_sequences_in_group
