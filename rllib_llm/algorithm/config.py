@@ -24,7 +24,13 @@ from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
 from rllib_llm import core
-from rllib_llm.algorithm.fields import ALIASES, FIELDS, FIELDS_BY_NAME, check_field
+from rllib_llm.algorithm.fields import (
+    ALIASES,
+    FIELDS,
+    FIELDS_BY_NAME,
+    changed_fields,
+    check_field,
+)
 from rllib_llm.learner.deepspeed_config import check_deepspeed_settings
 
 # RLlib settings whose unit is an env step (a token here) or that RLVR's fields replace: a
@@ -232,9 +238,7 @@ class RLVRConfig(AlgorithmConfig):
     def _validate_lora(self) -> None:
         """LoRA settings need lora_rank, and peft installed."""
         if not self.lora_rank:
-            changed = [f"{name}={getattr(self, name)!r}" for name in ("lora_alpha",
-                                                                      "lora_target_modules")
-                       if getattr(self, name) != FIELDS_BY_NAME[name].default]
+            changed = changed_fields(self, ("lora_alpha", "lora_target_modules"))
             if changed:
                 raise ValueError(
                     f"RLVRConfig: {', '.join(changed)} configure LoRA adapters, but lora_rank=0 "
@@ -271,8 +275,7 @@ class RLVRConfig(AlgorithmConfig):
     def _validate_critic(self, needs_critic: bool) -> None:
         """Critic settings need an estimator that reads a critic, and must fit together."""
         if not needs_critic:
-            changed = [f"{name}={getattr(self, name)!r}" for name in CRITIC_FIELDS
-                       if getattr(self, name) != FIELDS_BY_NAME[name].default]
+            changed = changed_fields(self, CRITIC_FIELDS)
             if changed:
                 raise ValueError(
                     f"RLVRConfig: {', '.join(changed)} configure the critic (or GAE), but "

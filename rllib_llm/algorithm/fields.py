@@ -488,6 +488,13 @@ def rule_broken(name: str, value: Any, *, in_evaluation: bool = False) -> str | 
     return rule(value) if rule else None
 
 
+def changed_fields(config: Any, names: tuple[str, ...]) -> list[str]:
+    """`name=value` of each of `names` whose value on `config` is not the field's default (for
+    messages about settings that would do nothing)."""
+    return [f"{name}={getattr(config, name)!r}" for name in names
+            if getattr(config, name) != FIELDS_BY_NAME[name].default]
+
+
 def check_field(name: str, value: Any, *, in_evaluation: bool = False) -> None:
     """Raise ValueError naming the field, the value and the rule, if `value` breaks the rule."""
     why = rule_broken(name, value, in_evaluation=in_evaluation)

@@ -28,11 +28,10 @@ def check_deepspeed_settings(cfg) -> None:
     """Raise ValueError when an RLVRConfig's DeepSpeed settings would be ignored (a torch
     learner), or ask for what the DeepSpeed learner does not (yet) do."""
     # (Imported here: the config module imports this one, and the fields load with it.)
-    from rllib_llm.algorithm.fields import FIELDS_BY_NAME
+    from rllib_llm.algorithm.fields import changed_fields
 
     if cfg.learner_strategy != "deepspeed":
-        changed = [f"{name}={getattr(cfg, name)!r}" for name in DEEPSPEED_FIELDS
-                   if getattr(cfg, name) != FIELDS_BY_NAME[name].default]
+        changed = changed_fields(cfg, DEEPSPEED_FIELDS)
         if changed:
             raise ValueError(
                 f"RLVRConfig: {', '.join(changed)} configure DeepSpeed's ZeRO, but "
