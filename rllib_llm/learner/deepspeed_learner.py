@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from ray.rllib.core import COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
+from ray.rllib.core import COMPONENT_OPTIMIZER, COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
 
 from rllib_llm.learner.deepspeed_config import deepspeed_config
 from rllib_llm.learner.learner import GRAD_NORM, RLVRLearner
@@ -166,10 +166,11 @@ class DeepSpeedRLVRLearner(RLVRLearner):
         return state if self._first else None
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Collective under ZeRO-3. Restored weights also become the fp32 master weights
-        (otherwise the next step would update the old ones)."""
+        """Collective under ZeRO-3. Restored weights become the fp32 master weights (otherwise
+        the next step would update the old ones), once, after the weights and Adam's state are
+        in (a checkpoint restore sets the module first, then the rest)."""
         super().set_state(state)
-        if COMPONENT_RL_MODULE in state:
+        if COMPONENT_RL_MODULE in state or COMPONENT_OPTIMIZER in state:
             self._engine.optimizer.refresh_fp32_params()
 
     def _params_in_order(self) -> list[torch.nn.Parameter]:
@@ -183,21 +184,21 @@ class DeepSpeedRLVRLearner(RLVRLearner):
 
         inner = self._engine.optimizer.optimizer  # the torch Adam over the flat partitions
         steps = {float(s["step"]) for s in inner.state.values() if "step" in s}
-        state = {}
-        for i, param in enumerate(self._params_in_order()):
+        state, params = {}, self._params_in_order()
+        for i, param in enumerate(params):
             moments = {key: safe_get_full_optimizer_state(param, key) for key in _ADAM_MOMENTS}
             if any(m is None for m in moments.values()) or not self._first:
                 continue  # no step taken yet, or another rank keeps it
             state[i] = {"step": torch.tensor(max(steps)),
                         **{k: m.detach().cpu().clone() for k, m in moments.items()}}
         group = {k: v for k, v in inner.param_groups[0].items() if k != "params"}
-        group["params"] = list(range(len(self._params_in_order())))
+        group["params"] = list(range(len(params)))
         return {self._ds_optimizer_name: {"module_id": DEFAULT_MODULE_ID,
                                           "state": {"state": state, "param_groups": [group]}}}
 
     def _set_optimizer_state(self, state: dict[str, Any]) -> None:
-        """A torch Adam state_dict (from either kind of learner) into this rank's partition,
-        and the fp32 master weights refreshed from the module's (just restored) weights."""
+        """A torch Adam state_dict (from either kind of learner) into this rank's partition
+        (`set_state` then refreshes the fp32 master weights)."""
         from deepspeed.utils import safe_set_full_optimizer_state
 
         saved = state[self._ds_optimizer_name]["state"]
@@ -227,4 +228,3 @@ class DeepSpeedRLVRLearner(RLVRLearner):
                     flat_state["step"].dtype)
         for group, saved_group in zip(inner.param_groups, saved["param_groups"]):
             group.update({k: v for k, v in saved_group.items() if k != "params"})
-        zero.refresh_fp32_params()
