@@ -24,6 +24,7 @@ from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
 from rllib_llm import core
+from rllib_llm.algorithm.deepspeed_checks import check_deepspeed_settings
 from rllib_llm.algorithm.fields import (
     ALIASES,
     FIELDS,
@@ -31,7 +32,6 @@ from rllib_llm.algorithm.fields import (
     changed_fields,
     check_field,
 )
-from rllib_llm.learner.deepspeed_config import check_deepspeed_settings
 
 # RLlib settings whose unit is an env step (a token here) or that RLVR's fields replace: a
 # non-default value is rejected, naming the field to use instead.
