@@ -521,6 +521,7 @@ class RLVRConfig(AlgorithmConfig):
                 "use_reference": self.uses_reference,
                 "entropy_grad": self.entropy_coef > 0,
                 "score_batch_size": self.micro_batch_size or self.mini_batch_size,
+                "fused_kernels": self.use_fused_kernels,
                 "critic": self.critic_spec,
                 "lora": self.lora_spec,
             },

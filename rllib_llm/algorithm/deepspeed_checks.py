@@ -44,6 +44,9 @@ def check_deepspeed_settings(cfg) -> None:
         why = (f"sets {', '.join(owned)} from RLVRConfig fields, not from deepspeed_config "
                "(zero_stage, offload_optimizer, offload_param, grad_clip, model_dtype, "
                "micro_batch_size)")
+    elif cfg.zero_stage == 3 and cfg.use_fused_kernels:
+        why = ("does not run fused kernels (use_fused_kernels=True) on ZeRO-3's partitioned "
+               "LM head: they read its weight outside its forward; use zero_stage=2")
     elif cfg.zero_stage == 3 and cfg.lora_rank:
         why = ("does not train LoRA adapters on ZeRO-3's partitioned weights: merging them "
                "for the env runners would gather every layer; use zero_stage=2")

@@ -143,6 +143,15 @@ FIELDS: tuple[Field, ...] = (
           lambda v: None if v == "all-linear" or (
               isinstance(v, (list, tuple)) and v and all(isinstance(n, str) and n for n in v))
           else "must be 'all-linear' or a non-empty list of module names", "model"),
+    Field("use_fused_kernels", False,
+          "verl's name: learners compute log-probs and entropies from the trunk's last hidden "
+          "states and the LM head chunk by chunk, never holding the (responses, tokens, "
+          "vocabulary) logits or their gradient (32 responses of 512 tokens, 49k vocabulary: "
+          "3 GiB of float32 each); backward computes each chunk's logits again (one more "
+          "LM-head matmul). The same values and gradients, up to float rounding. Needs a plain "
+          "linear LM head whose output is the model's logits (rejected otherwise: a LoRA "
+          "adapter on it, soft-capped or scaled logits) and zero_stage 2 under DeepSpeed.",
+          boolean, "model"),
     Field("rollout_batch_size", 8,
           "Prompts per training iteration (ROLL's name; ROLL's examples use 128-512 on GPUs, "
           "8 suits the embedded model on a CPU). Split evenly over env runners.",

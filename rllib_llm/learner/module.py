@@ -19,7 +19,7 @@ from ray.rllib.core.rl_module.apis import InferenceOnlyAPI, ValueFunctionAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
 from rllib_llm.learner.tensor_state import TensorState
-from rllib_llm.learner.token_logp import token_logp_and_entropy
+from rllib_llm.learner.token_logp import head_token_logp_and_entropy, token_logp_and_entropy
 from rllib_llm.models import DTYPES, load_model, lora
 from rllib_llm.models.value_model import (
     last_hidden_state,
@@ -34,6 +34,9 @@ REFERENCE = "reference_model"
 RUN_IN_FORWARD = "run_in_forward"
 CRITIC = "critic"  # a separate value model (models/value_model.py)
 VALUE_HEAD = "value_head"  # a value head on the policy's own trunk
+# Hugging Face config attributes of a step between the LM head and the logits (Gemma's soft-capping,
+# Cohere's and Granite's logit scales): fused kernels would skip it.
+POST_HEAD_SETTINGS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 # What env runners (inference_only=True) never build, hold or receive.
 NON_INFERENCE = (REFERENCE, CRITIC, VALUE_HEAD)
 
@@ -64,7 +67,8 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
 
     model_config keys: `model_name_or_path`, `model_dtype`, `temperature`, `use_reference`,
     `entropy_grad` (the entropy needs a gradient: entropy_coef > 0), `score_batch_size` (rows
-    per forward of `score_tokens`; None = all at once), `critic` (None, or
+    per forward of `score_tokens`; None = all at once), `fused_kernels` (log-probs from the last
+    hidden states and the LM head, chunk by chunk: `use_fused_kernels`), `critic` (None, or
     {"model_name_or_path": ..., "shares_trunk": bool}). Env runners build the module with
     `inference_only=True`: the policy alone.
     """
@@ -81,6 +85,9 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
         self._adapters = bool(self.lora) and not self.inference_only
         if self._adapters:
             lora.add_adapters(self.model, self.lora)
+        self.fused_kernels = bool(cfg.get("fused_kernels")) and not self.inference_only
+        if self.fused_kernels:
+            check_fused_head(self.model)
         self._reference_is_base = self._adapters and bool(cfg.get("use_reference"))
         if cfg.get("use_reference") and not self.inference_only and not self._adapters:
             ref = load_model(cfg["model_name_or_path"], dtype=cfg["model_dtype"])
@@ -134,22 +141,40 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
         run = kwargs.get(RUN_IN_FORWARD)
         if run is not None:
             return run()
+        out = {}
+        hidden = None
+        if hasattr(self, VALUE_HEAD):
+            # One trunk pass serves both heads: the policy's (its LM head on the last hidden
+            # states, as the causal LM computes its logits) and the values.
+            hidden = self._trunk_hidden(batch)  # (B, L, H)
+            out["values"] = response_values(self.value_head, hidden, batch["response_ids"].shape[1])
+        elif self.has_critic:
+            out["values"] = self.compute_values(batch)
+        out["logp"], out["entropy"] = self._token_logp(self.model, batch, hidden,
+                                                       entropy_grad=self.entropy_grad)
+        return out
+
+    def _token_logp(self, model: torch.nn.Module, batch: dict[str, Any],
+                    hidden: torch.Tensor | None = None, *, entropy_grad: bool):
+        """log pi and the entropy (B, T) of the response tokens under `model`, from its trunk's
+        last hidden states (B, L, H) where given or fused kernels need them, else from its
+        logits."""
         tokens = batch["response_ids"]  # (B, T)
         t = tokens.shape[1]
-        out = {}
-        if hasattr(self, VALUE_HEAD):
-            # One trunk pass serves both heads: the logits as the causal LM computes them
-            # (its LM head on the last hidden states) and the values.
-            hidden = self._trunk_hidden(batch)  # (B, L, H)
-            logits = self.model.get_output_embeddings()(hidden[:, -(t + 1) : -1])
-            out["values"] = response_values(self.value_head, hidden, t)
+        if self.fused_kernels and hidden is None:
+            hidden = last_hidden_state(model.base_model, batch["input_ids"],
+                                       batch["attention_mask"],
+                                       position_ids_for(batch["attention_mask"]))
+        if hidden is None:
+            logits = response_logits(model, batch["input_ids"], batch["attention_mask"], t)
+        elif self.fused_kernels:
+            return head_token_logp_and_entropy(hidden[:, -(t + 1) : -1],
+                                               model.get_output_embeddings(), tokens,
+                                               self.temperature, entropy_grad=entropy_grad)
         else:
-            logits = response_logits(self.model, batch["input_ids"], batch["attention_mask"], t)
-            if self.has_critic:
-                out["values"] = self.compute_values(batch)
-        out["logp"], out["entropy"] = token_logp_and_entropy(
-            logits, tokens, self.temperature, entropy_grad=self.entropy_grad)
-        return out
+            logits = model.get_output_embeddings()(hidden[:, -(t + 1) : -1])
+        return token_logp_and_entropy(logits, tokens, self.temperature,
+                                      entropy_grad=entropy_grad)
 
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
         """RLlib's ValueFunctionAPI: V (B, T) of the state before each response token."""
@@ -212,14 +237,8 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
                 return self.score_tokens(batch, reference=False)
         model = self.reference_model if reference else self.model
 
-        def logp(rows: dict[str, torch.Tensor]) -> torch.Tensor:
-            tokens = rows["response_ids"]
-            logits = response_logits(model, rows["input_ids"], rows["attention_mask"],
-                                     tokens.shape[1])
-            return token_logp_and_entropy(logits, tokens, self.temperature,
-                                          entropy_grad=False)[0]
-
-        return self._in_eval_chunks(model, batch, logp)  # (B, T)
+        return self._in_eval_chunks(  # (B, T)
+            model, batch, lambda rows: self._token_logp(model, rows, entropy_grad=False)[0])
 
     # RLlib's default get_state converts to numpy, which has no bfloat16: keep torch tensors,
     # in a TensorState so that Ray still moves their bytes without pickling them. Like RLlib's
@@ -300,6 +319,40 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
             scaling=self.lora["alpha"] / self.lora["rank"])
         rest = {k: v for k, v in state.items() if k not in adapters}
         return {**rest, **{prefix + k: v for k, v in merged.items()}}
+
+
+def check_fused_head(model: torch.nn.Module) -> None:
+    """Raise ValueError unless the model's logits are its LM head, a plain linear layer, on its
+    trunk's last hidden states: what fused kernels compute from. A model that scales or
+    soft-caps its logits, or a LoRA adapter on the head, is rejected rather than trained on
+    other log-probs than it samples from: by the config's names for such a step, and by
+    comparing both on a 3-token input (the same matmul on the same hidden states)."""
+    head = model.get_output_embeddings()
+    scaling = [name for name in POST_HEAD_SETTINGS
+               if getattr(model.config, name, None) not in (None, 1, 1.0)]
+    why = None
+    if type(head) is not torch.nn.Linear:
+        kind = type(head)
+        why = f"its LM head is a {kind.__module__}.{kind.__qualname__}, not a plain torch.nn.Linear"
+    elif scaling:
+        why = f"the model's config sets {', '.join(scaling)} (applied to the logits after the head)"
+    else:
+        ids = torch.arange(min(3, head.out_features))[None]
+        mask = torch.ones_like(ids)
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                logits = response_logits(model, ids, mask, ids.shape[1] - 1)  # all 3 positions
+                hidden = last_hidden_state(model.base_model, ids, mask, position_ids_for(mask))
+                ours = head(hidden)[:, :-1]
+        finally:
+            model.train(was_training)
+        if not torch.allclose(ours.float(), logits.float(), rtol=1e-4, atol=1e-5):
+            why = "its logits are not its LM head on its last hidden states"
+    if why:
+        raise ValueError(f"RLVRConfig.use_fused_kernels=True computes log-probs from the LM head "
+                         f"on the last hidden states, but {why}; set use_fused_kernels=False.")
 
 
 def _frozen_base(key: str) -> bool:
