@@ -26,6 +26,11 @@ token (the learner treats them as dense rewards, `core.compute_advantages(turn_r
 The final info carries the text env's last info plus `turns`, `num_env_tokens`,
 `context_truncated` and `turn_limit` (the runner's metrics read them).
 
+Observation text is tokenized as plain text: a tool that prints "<eos>" (or a chat model's turn
+markers) gets the characters' tokens, never the special token, so tool output cannot fake a turn
+boundary. A text env that wants special tokens in its observations recognised says so with an
+attribute `observation_special_tokens = True`.
+
 Chat models (a tokenizer with a chat template): the prompt is rendered with the template, and
 an observation becomes a message of role `observation_role` ("tool" by default) closed and
 followed by the assistant's generation prompt, exactly as the template renders it after the
@@ -103,6 +108,8 @@ class TextTurnEnv(gymnasium.Env):
         self.eos_token_id = tokenizer.eos_token_id
         self.chat = bool(getattr(tokenizer, "chat_template", None))
         self.stop_strings = tuple(getattr(text_env, "stop_strings", ()))
+        self.observation_special_tokens = bool(getattr(text_env, "observation_special_tokens",
+                                                       False))
         if any(not isinstance(s, str) or not s for s in self.stop_strings):
             raise ValueError(f"stop_strings={self.stop_strings!r} must be non-empty strings")
         self.stop_sequences = tuple(
@@ -275,10 +282,11 @@ class TextTurnEnv(gymnasium.Env):
         return list(self.tokenizer(rendered, add_special_tokens=False)["input_ids"])
 
     def _observation_ids(self, text: str) -> list[int]:
+        plain = not self.observation_special_tokens
         with _TOKENIZER_LOCK:
             if not self.chat:
-                return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-            return chat_observation_ids(self.tokenizer, text, self.observation_role)
+                return _encode(self.tokenizer, text, plain=plain)
+            return chat_observation_ids(self.tokenizer, text, self.observation_role, plain=plain)
 
     def _check_tokens(self, actions: Sequence[int] | np.ndarray) -> np.ndarray:
         tokens = np.asarray(actions)
@@ -290,12 +298,21 @@ class TextTurnEnv(gymnasium.Env):
         return tokens.astype(np.int64)
 
 
-def chat_observation_ids(tokenizer: Any, text: str, role: str = "tool") -> list[int]:
+def _encode(tokenizer: Any, text: str, *, plain: bool) -> list[int]:
+    """`text`'s ids; `plain`: special tokens' text is not recognised (kept as characters)."""
+    extra = {"split_special_tokens": True} if plain else {}
+    return list(tokenizer(text, add_special_tokens=False, **extra)["input_ids"])
+
+
+def chat_observation_ids(tokenizer: Any, text: str, role: str = "tool", *,
+                         plain: bool = True) -> list[int]:
     """The tokens a chat template puts after the agent's end-of-turn token when a `role` message
     with `text` follows, up to and including the next assistant generation prompt.
 
     Found as the difference of two renderings, which works for templates that render a
     conversation as the concatenation of its messages (Llama, Qwen, SmolLM, ChatML...).
+    `plain`: the message's text is tokenized without recognising special tokens (the template's
+    own markers around it still are).
     """
     base = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
     before = tokenizer.apply_chat_template(base, tokenize=False)
@@ -309,4 +326,15 @@ def chat_observation_ids(tokenizer: Any, text: str, role: str = "tool") -> list[
             f"messages (or does not end the assistant's turn with {eos!r}); observation tokens "
             "cannot be placed after the agent's turn"
         )
-    return list(tokenizer(after[cut + len(eos):], add_special_tokens=False)["input_ids"])
+    tail = after[cut + len(eos):]
+    if not plain or not text:
+        return _encode(tokenizer, tail, plain=False)
+    start = tail.find(text)
+    if start < 0:
+        raise ValueError(
+            f"this chat template changes the {role} message's text when it renders it, so the "
+            "text cannot be tokenized apart from the template's markers; give the text env "
+            "observation_special_tokens = True to tokenize the rendering as a whole")
+    end = start + len(text)
+    return (_encode(tokenizer, tail[:start], plain=False) + _encode(tokenizer, text, plain=True)
+            + _encode(tokenizer, tail[end:], plain=False))

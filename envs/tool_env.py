@@ -10,9 +10,12 @@
 registered "math_tool": one tool, `python`, that runs the code in the sandbox
 (`rllib_llm.envs.sandbox.run_python`) and shows its stdout.
 
-Per-episode counts land in the final info: `tool_calls`, `tool_errors` (the tool failed, e.g.
-the code raised), `tool_timeouts`. Tools run synchronously inside `step`; the env runner steps
-many episodes' envs from a thread pool, so tool calls of different episodes run concurrently.
+Per-episode counts: `tool_calls`, `tool_errors` (the tool failed, e.g. the code raised),
+`tool_timeouts`. They are recorded at the turn a call happens: every step's info holds the counts
+so far, so the final info has them whatever ends the episode (the final answer, the turn limit
+or the token budget; the env runner reads them there). Tools run synchronously inside `step`;
+the env runner steps many episodes' envs from a thread pool, so tool calls of different episodes
+run concurrently.
 """
 
 from __future__ import annotations
@@ -63,7 +66,8 @@ class ToolEnvConfig:
     """math_tool: wall-clock limit of one sandboxed run, seconds."""
 
     tool_memory_mb: int = 256
-    """math_tool: address-space limit of one sandboxed run, MiB."""
+    """math_tool: memory limit of one sandboxed run, MiB: each process's address space, and
+    the whole run's memory where runs get a cgroup (`rllib_llm.envs.sandbox`)."""
 
     sandbox_isolation: str = "auto"
     """math_tool: "auto" (bubblewrap namespaces where available, else rlimits with a warning),
@@ -136,7 +140,7 @@ class ToolEnv:
             return None, *self._final(text)
         name, argument = call
         output = self._run_tool(name, argument)
-        return f"<output>{self._cut(output.text)}</output>", 0.0, False, False, {}
+        return f"<output>{self._cut(output.text)}</output>", 0.0, False, False, {**self._counts}
 
     def spawn(self) -> ToolEnv:
         """Another env over the same data and tools (problem sets are cached per process)."""
@@ -185,6 +189,9 @@ class ToolEnv:
             output = ToolOutput(f"{type(e).__name__}: {e}", error=True)
         if isinstance(output, str):
             output = ToolOutput(output)
+        elif not isinstance(output, ToolOutput):  # a bug in the tool, not the agent's doing
+            raise TypeError(f"tool {name!r} returned {output!r:.80} ({type(output).__name__}); "
+                            f"a tool returns its result as a str or a ToolOutput")
         self._counts[TOOL_ERRORS] += output.error
         self._counts[TOOL_TIMEOUTS] += output.timed_out
         return output

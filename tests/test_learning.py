@@ -158,9 +158,12 @@ def test_topr_learns_to_call_the_sandboxed_tool_and_accuracy_rises():
     algo.stop()
     calls = [r["tool_calls_mean"] for r in runs]
     print(f"held-out accuracy {before:.4f} -> {after:.4f}; tool calls per episode "
-          f"{[round(float(c), 2) for c in calls]}")
+          f"{[round(float(c), 2) for c in calls]}; tool errors per call "
+          f"{[round(float(r['tool_error_fraction']), 3) for r in runs]}")
     assert after - before >= TOOL_MIN_GAIN, (before, after)
     assert np.mean(calls[-3:]) >= np.mean(calls[:3]) + 0.3, calls
-    # The tool ran: its outputs are what the answers copy, not errors or timeouts.
-    assert max(r["tool_error_fraction"] for r in runs[-3:]) < 0.1
+    # The tool ran: its outputs are what the answers copy, not errors or timeouts. Counted at
+    # every call (episodes that end on the turn limit too), errors were 0-9.3% of calls per
+    # iteration with this seed, 1.9-6.2% in the last 3 (2026-11-26): the bound leaves 2x.
+    assert max(r["tool_error_fraction"] for r in runs[-3:]) < 0.15
     assert max(r["tool_timeout_fraction"] for r in runs) == 0.0

@@ -230,6 +230,62 @@ def test_tool_failures_are_observations_counted_not_crashes():
     assert last.rewards[-1] == 0.5 and final["response"] == "5"
 
 
+def test_tool_counts_survive_every_way_an_episode_ends():
+    """Calls and errors are counted at the turn they happen: an episode that ends on the turn
+    limit or on the token budget (the observation leaves no room) still reports them. Before,
+    only the final answer's info carried counts, and those episodes read 0 calls, 0 errors."""
+    def flaky(code: str) -> str | ToolOutput:
+        return ToolOutput("bad", error=True) if code == "boom" else "ok"
+
+    def run(config, turns):
+        env = tool_env({"dataset_kwargs": {"ops": "+"}, **config}, tools={"python": flaky},
+                       reward=lambda text, answer: 0.0)
+        env.reset()
+        for turn in turns:
+            result = env.step_chunk(ids(turn))
+        assert result.terminateds[-1] or result.truncateds[-1]
+        final = result.infos[-1]
+        return final["tool_calls"], final["tool_errors"], final[TURN_LIMIT], \
+            final[CONTEXT_TRUNCATED]
+
+    calls = ["<python>boom</python>", "<python>x</python>"]
+    assert run({"response_length": 120, "max_turns": 2}, calls) == (2, 1, True, False)
+    # 21 agent tokens, then "<output>bad</output>" (20) does not fit in 40: budget ends it.
+    assert run({"response_length": 40, "max_turns": 4}, calls[:1]) == (1, 1, False, True)
+
+
+def test_a_tool_that_returns_something_else_fails_naming_the_tool():
+    env = tool_env({"response_length": 64}, tools={"lookup": lambda code: None},
+                   reward=lambda text, answer: 0.0)
+    env.reset()
+    with pytest.raises(TypeError, match="tool 'lookup' returned None \\(NoneType\\); a tool "
+                                        "returns its result as a str or a ToolOutput"):
+        env.step_chunk(ids("<lookup>x</lookup>"))
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_tool_output_is_plain_text_not_special_tokens(chat):
+    """A tool printing "<eos>" puts the characters into the context, not the EOS id (with a
+    chat model, tool output could otherwise fake a turn boundary), unless the env asks."""
+    tok = load_tokenizer("embedded")
+    if chat:
+        tok.chat_template = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}<eos>"
+                             "{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}")
+        observed = chat_observation_ids(tok, "1<eos>2")
+        assert tok.decode(observed) == "<tool>1<eos>2<eos><assistant>"
+        assert observed.count(tok.eos_token_id) == 1  # the template's own end of turn only
+    env = TextTurnEnv(EchoTextEnv(), tok, response_length=60, max_turns=4)
+    env.text_env.step = lambda text: ("<eos>", 0.0, False, False, {})
+    env.reset()
+    observed = env.step_chunk(ids("<ask>a</ask>")).infos[-1][ENV_TOKENS]
+    assert tok.decode(observed) == ("<tool><eos><eos><assistant>" if chat else "<eos>")
+    assert observed.count(tok.eos_token_id) == (1 if chat else 0)  # the template's, if any
+    env.text_env.observation_special_tokens = True
+    special = TextTurnEnv(env.text_env, tok, response_length=60, max_turns=4)
+    special.reset()
+    assert tok.eos_token_id in special.step_chunk(ids("<ask>a</ask>")).infos[-1][ENV_TOKENS]
+
+
 def test_tool_env_settings_are_checked():
     with pytest.raises(ValueError, match="unknown tool env config keys \\['max_turn'\\]"):
         tool_env({"max_turn": 3}, tools={"python": multiply})
@@ -282,6 +338,29 @@ def test_the_env_runner_reports_turn_metrics_for_a_multi_turn_env(monkeypatch, r
     expected = env_tokens / (env_tokens + sum(len(e) for e in episodes))
     assert float(metrics["env_token_fraction"]) == pytest.approx(expected)
     assert metrics["context_truncated_fraction"] == 0.0
+    algo.stop()
+
+
+def test_tool_metrics_count_episodes_that_end_on_the_turn_limit(monkeypatch, ray_session):
+    """max_turns=1: every episode's one turn is a tool call, and the turn limit ends it. The
+    metrics read 0 calls and 0 errors before the counts were recorded at the call's turn."""
+    from ray.tune.registry import register_env
+
+    from rllib_llm.presets import embedded_config
+    from rllib_llm.rollout import env_runner
+
+    register_env("scripted_tool_limit_test", lambda cfg: tool_env(
+        {**cfg, "max_turns": 1}, tools={"python": lambda code: ToolOutput("no", error=True)},
+        reward=lambda text, answer: 0.0))
+    monkeypatch.setattr(env_runner.RLVREnvRunner, "_make_engine",
+                        lambda self: ScriptedToolUser())
+    algo = embedded_config("topr", rollout_batch_size=4, num_return_sequences_in_group=2,
+                           response_length=64).environment("scripted_tool_limit_test").build_algo()
+    runner = algo.env_runner_group.local_env_runner
+    runner.sample()
+    metrics = runner.get_metrics()
+    assert metrics["turn_limit_fraction"] == 1.0
+    assert metrics["tool_calls_mean"] == 1.0 and metrics["tool_error_fraction"] == 1.0
     algo.stop()
 
 
@@ -421,3 +500,47 @@ def test_the_issues_call_trains_math_tool_with_the_sandboxed_tool(ray_session):
     assert runners["tool_error_fraction"] < 0.5 and runners["tool_timeout_fraction"] == 0.0
     assert 0 < runners["env_token_fraction"] < 1
     algo.stop()
+
+
+
+@pytest.mark.parametrize("temperature", [1.0, 1.5])
+def test_tool_metrics_match_a_count_taken_by_wrapping_the_tool(ray_session, monkeypatch,
+                                                              temperature):
+    """The tool-use preset's env and budget (16 x 8 episodes, the sandboxed python tool), with
+    the tool wrapped to count: the runner's metrics equal the wrapper's counts. Before the counts
+    were recorded at the call's turn, episodes that ended on the turn limit or the budget counted
+    no calls and no errors (at 1.5, 0.0 errors read while about half the calls failed)."""
+    import threading
+
+    from rllib_llm.envs import tool_env as tool_env_module
+
+    from rllib_llm.presets import embedded_tool_config
+
+    lock, counts = threading.Lock(), {"calls": 0, "errors": 0}
+    sandboxed_tool = tool_env_module.python_tool
+
+    def counted_tool(**settings):
+        sandboxed = sandboxed_tool(**settings)
+
+        def counted(code: str) -> ToolOutput:
+            output = sandboxed(code)
+            with lock:
+                counts["calls"] += 1
+                counts["errors"] += output.error
+            return output
+        return counted
+
+    # "math_tool" builds its tool with python_tool: the local runner's envs get the wrapper.
+    monkeypatch.setattr(tool_env_module, "python_tool", counted_tool)
+    algo = embedded_tool_config("topr", rollout_batch_size=16, temperature=temperature,
+                                seed=1).build_algo()
+    runner = algo.env_runner_group.local_env_runner
+    episodes = runner.sample()
+    metrics = runner.get_metrics()
+    algo.stop()
+    assert len(episodes) == 16 * 8 and counts["calls"] > 0
+    assert float(metrics["tool_calls_mean"]) == pytest.approx(counts["calls"] / len(episodes))
+    assert float(metrics["tool_error_fraction"]) == pytest.approx(
+        counts["errors"] / counts["calls"])
+    print(f"temperature {temperature}: {counts['calls']} calls, {counts['errors']} errors "
+          f"in {len(episodes)} episodes")
