@@ -231,6 +231,8 @@ def python_tool(*, timeout_s: float, memory_mb: int, isolation: str) -> Tool:
         result = run_python(code, timeout_s=timeout_s, memory_mb=memory_mb, isolation=isolation)
         if result.timed_out:
             return ToolOutput(f"timeout after {timeout_s:g} s", error=True, timed_out=True)
+        if result.out_of_memory:
+            return ToolOutput(f"out of memory (the run went over {memory_mb} MiB)", error=True)
         if result.exit_code != 0:
             lines = result.stderr.strip().splitlines()
             return ToolOutput(lines[-1] if lines else f"exit code {result.exit_code}", error=True)

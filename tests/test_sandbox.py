@@ -35,6 +35,7 @@ from rllib_llm.envs.sandbox import (
     run_python,
     sandbox_report,
 )
+from rllib_llm.envs.tool_env import ToolOutput
 
 REPO = Path(__file__).resolve().parents[1]
 REPORT = sandbox_report()
@@ -568,6 +569,10 @@ def test_eight_children_are_bounded_as_one_run(isolation):
     assert "[0, 0, 0, 0, 0, 0, 0, 0]" not in result.stdout
     alone = run_python(code.replace("range(8)", "range(1)"), memory_mb=64, isolation=isolation)
     assert alone.stdout == "[0]\n" and not alone.out_of_memory  # one child alone fits
+    from rllib_llm.envs.tool_env import python_tool  # what math_tool's agent then reads
+
+    tool = python_tool(timeout_s=10, memory_mb=64, isolation=isolation)
+    assert tool(code) == ToolOutput("out of memory (the run went over 64 MiB)", error=True)
 
 
 TRACE_AND_STOP = """import ctypes, os, signal, time
