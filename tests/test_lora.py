@@ -95,9 +95,17 @@ def test_one_update_moves_the_adapters_alone_and_the_checkpoint_holds_them(tmp_p
         adapters = [p for n, p in module.named_parameters() if ".lora_" in n]
         assert {id(p) for p in optimized} == {id(p) for p in adapters}
         base = {n: p.detach().clone() for n, p in module.named_parameters() if ".lora_" not in n}
-        algo.train()
+        before = {n: p.detach().clone() for n, p in module.named_parameters() if ".lora_" in n}
+        result = algo.train()
         assert all(torch.equal(p, base[n]) for n, p in module.named_parameters()
-                   if ".lora_" not in n)  # the base did not move
+                   if ".lora_" not in n)  # the base did not move, bit for bit
+        # The adapters did. Adam moves a weight with a gradient by about lr on its first step,
+        # so each B (zero at the start) moves by at least half of lr=1e-3; A has no gradient
+        # while B is zero, so it waits for the next step (one optimizer step here).
+        assert result["learners"][DEFAULT_MODULE_ID]["num_optimizer_steps"] == 1
+        moved = {n: float((p.detach() - before[n]).abs().max())
+                 for n, p in module.named_parameters() if ".lora_B" in n}
+        assert moved and min(moved.values()) >= 0.5 * 1e-3, moved
         # The env runner samples with the merged weights of the update.
         ids = torch.randint(3, 20, (2, 9))
         runner = algo.env_runner_group.local_env_runner.module

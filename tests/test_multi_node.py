@@ -1,6 +1,6 @@
 """Across Ray nodes: a local two-node cluster (`ray.cluster_utils.Cluster`, each node with its own
-CPUs), one DDP learner and one env runner on each node, trains; its checkpoint restores into a
-single learner in the driver."""
+CPUs), one DDP learner and one env runner on each node, takes the update one learner takes on the
+same batch, trains; its checkpoint restores into a single learner in the driver."""
 
 from __future__ import annotations
 
@@ -48,13 +48,30 @@ def test_learners_and_env_runners_on_two_nodes_train_and_restore_into_one_learne
             .env_runners(num_env_runners=2, custom_resources_per_env_runner={"runner_slot": 1})
             .learners(num_learners=2, custom_resources_per_learner={"learner_slot": 1})
             .build_algo())
+    reference = embedded_config("topr", seed=0, **SETTINGS).learners(num_learners=0).build_algo()
     try:
+        # What the README promises: the two nodes' update is one learner's on the same batch
+        # (the episodes the runners of both nodes sampled), within the tolerance of
+        # tests/test_data_parallel.py.
+        episodes = [e for batch in algo.env_runner_group.foreach_env_runner(
+            lambda runner: runner.sample(), local_env_runner=False) for e in batch]
+        before = {k: torch.as_tensor(v).clone()
+                  for k, v in reference.learner_group.get_weights()[DEFAULT_MODULE_ID].items()}
+        for trainer in (algo, reference):
+            trainer._update_learners(episodes)
+        one = reference.learner_group.get_weights()[DEFAULT_MODULE_ID]
+        two = algo.learner_group.get_weights()[DEFAULT_MODULE_ID]
+        moved = max(float((torch.as_tensor(one[k]) - before[k]).abs().max()) for k in one)
+        assert moved > 5e-4  # one Adam step at lr 1e-3
+        for k in one:
+            assert torch.allclose(torch.as_tensor(two[k]), torch.as_tensor(one[k]),
+                                  atol=2e-5), k
         results = [algo.train() for _ in range(2)]
         runner_nodes = algo.env_runner_group.foreach_env_runner(
             lambda runner: ray.get_runtime_context().get_node_id(), local_env_runner=False)
         learner_nodes = [r.get() for r in algo.learner_group.foreach_learner(
             lambda learner: ray.get_runtime_context().get_node_id()).result_or_errors]
-        # Each runner sampled with the learners' latest weights (version 2 after two updates).
+        # Each runner sampled with the learners' latest weights (version 3 after three updates).
         versions = algo.env_runner_group.foreach_env_runner(
             lambda runner: runner.engine.weight_version, local_env_runner=False)
         weights = {k: torch.as_tensor(v).clone()
@@ -62,8 +79,9 @@ def test_learners_and_env_runners_on_two_nodes_train_and_restore_into_one_learne
         algo.save_to_path(tmp_path / "checkpoint")
     finally:
         algo.stop()
+        reference.stop()
     assert sorted(runner_nodes) == sorted(learner_nodes) == sorted(two_nodes)
-    assert versions == [2, 2]
+    assert versions == [3, 3]  # the comparison's update, then two iterations
     for result in results:
         learner = result["learners"][DEFAULT_MODULE_ID]
         assert learner["num_optimizer_steps"] == 1
@@ -75,7 +93,7 @@ def test_learners_and_env_runners_on_two_nodes_train_and_restore_into_one_learne
         single.restore_from_path(tmp_path / "checkpoint")
         restored = single.learner_group.get_weights()[DEFAULT_MODULE_ID]
         assert single.learner_group.foreach_learner(
-            lambda learner: learner.weights_version()).result_or_errors[0].get() == 2
+            lambda learner: learner.weights_version()).result_or_errors[0].get() == 3
     finally:
         single.stop()
     for k, v in weights.items():
