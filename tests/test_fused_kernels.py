@@ -86,11 +86,15 @@ def test_one_iteration_takes_the_same_update():
     weights, metrics = [], []
     for fused in (False, True):
         algo = embedded_config("ppo", seed=5, use_fused_kernels=fused, **settings).build_algo()
+        initial = {k: torch.as_tensor(v).clone()
+                   for k, v in algo.learner_group.get_weights()[DEFAULT_MODULE_ID].items()}
         result = algo.train()
         metrics.append(result["learners"][DEFAULT_MODULE_ID])
         weights.append({k: torch.as_tensor(v).clone()
                         for k, v in algo.learner_group.get_weights()[DEFAULT_MODULE_ID].items()})
         algo.stop()
+        assert max(float((v - initial[k]).abs().max())
+                   for k, v in weights[-1].items()) > 1e-3  # 4 Adam steps at lr 1e-3
     assert metrics[0]["num_optimizer_steps"] == metrics[1]["num_optimizer_steps"] == 4
     for key in ("loss", "entropy", "kl_loss", "approx_kl"):
         assert metrics[1][key] == pytest.approx(metrics[0][key], rel=1e-5, abs=1e-6), key

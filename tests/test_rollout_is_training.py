@@ -34,6 +34,8 @@ def model_dir(tmp_path_factory):
 
 
 def test_recomputed_old_logp_equals_the_torch_samplers_and_weights_are_one(model_dir):
+    """Not about moving weights: the log-probs of the sampler and the learner before the first step, and the
+    weights of 1 they give, are its subject."""
     algo = embedded_config("ppo", model_name_or_path=model_dir, recompute_old_logp=True,
                            rollout_is_level="sequence", **TINY).build_algo()
     learner = algo.train()["learners"]["default_policy"]
