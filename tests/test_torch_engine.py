@@ -116,11 +116,12 @@ def test_max_batch_size_chunks_give_the_same_greedy_result(model):
 def test_batches_keep_groups_whole_and_split_only_groups_larger_than_a_batch():
     from rllib_llm.rollout.torch_engine import _batches
 
-    assert _batches(3, 2, 6) == [[(0, 2), (1, 2), (2, 2)]]
-    assert _batches(3, 2, 4) == [[(0, 2), (1, 2)], [(2, 2)]]
-    assert _batches(2, 2, 3) == [[(0, 2), (1, 1)], [(1, 1)]]
-    assert _batches(1, 5, 2) == [[(0, 2)], [(0, 2)], [(0, 1)]]
-    assert _batches(0, 4, 8) == []
+    assert _batches([9] * 3, 2, 6) == [[(0, 2), (1, 2), (2, 2)]]
+    assert _batches([9] * 3, 2, 4) == [[(0, 2), (1, 2)], [(2, 2)]]
+    assert _batches([9] * 2, 2, 3) == [[(0, 2), (1, 1)], [(1, 1)]]
+    assert _batches([9], 5, 2) == [[(0, 2)], [(0, 2)], [(0, 1)]]
+    assert _batches([], 4, 8) == []
+    assert _batches([9] * 3, 2, None) == [[(0, 2), (1, 2), (2, 2)]]
 
 
 class ScriptedLM(nn.Module):
@@ -257,3 +258,79 @@ def test_left_pad():
     ids, mask = left_pad([[3, 4], [5]], PAD, torch.device("cpu"))
     assert ids.tolist() == [[3, 4], [PAD, 5]]
     assert mask.tolist() == [[1, 1], [0, 1]]
+
+
+def test_the_kv_cache_is_allocated_once_for_the_final_length(model):
+    """Every forward of a decode sees the same cache buffers, sized (rows, kv heads, padded
+    prompt length + max_tokens, head dim) from the prefill on: the cache never grows."""
+    seen = []
+
+    def record(module, args, kwargs, output):
+        keys = kwargs["past_key_values"].layers[0].keys  # (B, kv_heads, L + T, head_dim)
+        seen.append((keys.data_ptr(), tuple(keys.shape)))
+
+    handle = model.register_forward_hook(record, with_kwargs=True)
+    try:
+        make_engine(model).generate(PROMPTS, 3, SamplingParams(max_tokens=9, seed=0))
+    finally:
+        handle.remove()
+    heads, head_dim = model.config.num_key_value_heads, model.config.head_dim
+    assert len(seen) > 2
+    assert set(seen) == {(seen[0][0], (len(PROMPTS) * 3, heads, 5 + 9, head_dim))}
+
+
+def test_max_tokens_per_batch_chunks_give_the_same_greedy_result(model):
+    sampling = SamplingParams(temperature=0, max_tokens=6)
+    whole = make_engine(model).generate(PROMPTS, 3, sampling)
+    for budget in (1, 2 * (5 + 6), 25):  # a row alone (over budget), 2 rows, 2 or 4 rows
+        chunked = TorchRolloutEngine(model, eos_token_id=EOS, pad_token_id=PAD,
+                                     max_tokens_per_batch=budget)
+        got = chunked.generate(PROMPTS, 3, sampling)
+        assert [[r.token_ids for r in g] for g in got] == [[r.token_ids for r in g] for g in whole]
+
+
+def test_batches_under_a_token_budget():
+    from rllib_llm.rollout.torch_engine import _batches
+
+    # Rows cost rows x the batch's longest row: 4 rows of 10 tokens fit in 40.
+    assert _batches([10] * 3, 2, None, 40) == [[(0, 2), (1, 2)], [(2, 2)]]
+    # A longer prompt would push the rows already there over the budget: it starts a batch.
+    assert _batches([10, 20], 2, None, 40) == [[(0, 2)], [(1, 2)]]
+    assert _batches([20, 10], 2, None, 60) == [[(0, 2), (1, 1)], [(1, 1)]]
+    # A row over the budget runs alone.
+    assert _batches([50, 10], 2, None, 40) == [[(0, 1)], [(0, 1)], [(1, 2)]]
+    # Both bounds hold: 3 rows (max_rows) though 10 would fit the tokens.
+    assert _batches([10] * 2, 2, 3, 100) == [[(0, 2), (1, 1)], [(1, 1)]]
+    assert _batches([10] * 2, 2, 3, 20) == [[(0, 2)], [(1, 2)]]
+
+
+def test_max_tokens_per_batch_must_be_positive(model):
+    with pytest.raises(ValueError, match="max_tokens_per_batch=0 must be None or >= 1"):
+        TorchRolloutEngine(model, eos_token_id=EOS, pad_token_id=PAD, max_tokens_per_batch=0)
+
+
+def test_device_none_runs_where_the_model_is_and_never_moves_it():
+    config = tiny_llama_config(V, hidden_size=8, num_attention_heads=2, intermediate_size=8)
+    with torch.device("meta"):  # a device the engine would fail to move a model from
+        model = LlamaForCausalLM(config)
+    engine = TorchRolloutEngine(model, eos_token_id=EOS, pad_token_id=PAD)
+    assert engine.device == torch.device("meta") and engine.model is model
+    assert all(p.device.type == "meta" for p in model.parameters())
+
+
+def test_sliding_window_models_keep_the_growing_cache_and_exact_logprobs():
+    from transformers import MistralConfig, MistralForCausalLM
+
+    from rllib_llm.rollout.torch_engine import PreallocatedLayer, kv_cache
+
+    torch.manual_seed(0)
+    config = MistralConfig(vocab_size=V, hidden_size=32, intermediate_size=64,
+                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                           sliding_window=4, pad_token_id=PAD, eos_token_id=EOS)
+    assert not any(isinstance(layer, PreallocatedLayer) for layer in kv_cache(config, 2, 8).layers)
+    model = MistralForCausalLM(config).eval()
+    out = make_engine(model).generate(PROMPTS, 2, SamplingParams(max_tokens=10, seed=1))
+    for prompt, group in zip(PROMPTS, out, strict=True):
+        for r in group:
+            expected = teacher_forced_logprobs(model, prompt, r, 1.0)
+            torch.testing.assert_close(torch.tensor(r.logprobs), expected, atol=1e-5, rtol=0)

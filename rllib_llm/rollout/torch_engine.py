@@ -9,15 +9,26 @@ x 8 samples x 8 tokens, 1 CPU thread, it took 0.88-0.93x the time of `model.gene
 The n samples of a prompt share one prefill: the prompt is run once and its KV cache copied to
 its samples (as vLLM does), 2x faster than prefilling every row for short responses (8 prompts x
 4 samples x 8 tokens, SmolLM2-135M and the embedded model alike).
+
+Memory is bounded: a decode batch's KV cache and attention mask are allocated once, for the
+batch's final length, and filled in place (`PreallocatedLayer`), rather than grown by
+concatenation each step as transformers' `DynamicCache` does. That copied the whole cache every
+step (quadratic in the response length) and held a layer's old and new keys at once: peak memory
+1 + 1/(2 x layers) times the cache, against 1.04x now (tests/test_engine_memory.py), and it
+took 2.5-2.8x as long for 512 rows x 256 tokens on the embedded model (1 CPU thread; the same
+time for 32 rows x 64 tokens). `max_tokens_per_batch` bounds the allocation.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import DynamicCache, PreTrainedConfig, PreTrainedModel
+from transformers.cache_utils import DynamicLayer
 
+from rllib_llm.exchange.devices import module_device
 from rllib_llm.rollout.engine import Response, SamplingParams, check_generate_args, stop_end
 
 
@@ -31,8 +42,23 @@ class TorchRolloutEngine:
         eos_token_id: id, or ids, that end a response (several for chat models with end-of-turn
             tokens).
         pad_token_id: id used to left-pad prompts; never attended to, never returned.
-        device: where the model runs; the model is moved there.
-        max_batch_size: most sequences decoded together; None decodes all prompts x n at once.
+        device: where the model runs. None (the default) runs it on the device its parameters are
+            on and never moves it: a sampler sharing the learner's model in one process must
+            sample on the learner's device, and the shared model must stay where it is. A given
+            device moves the model there.
+        max_batch_size: most rows (sequences) decoded together; None: no bound on rows.
+        max_tokens_per_batch: most tokens decoded together, counted as rows x (padded prompt
+            length + `SamplingParams.max_tokens`); a batch holds as many rows as fit, and at least
+            one (an over-long row runs alone). None: no bound on tokens. With `max_batch_size`
+            both bounds hold; with neither, all prompts x n are decoded at once.
+
+    Memory: each decode batch allocates its KV cache once, for its final length, so its size is
+    known up front: about rows x (padded prompt length + max_tokens) x layers x 2 (keys, values)
+    x kv_heads x head_dim x bytes per element. `max_tokens_per_batch` bounds the first two
+    factors, hence the cache: e.g. SmolLM2-135M (30 layers, 3 kv heads of 64, bfloat16) holds
+    22.5 KiB per token, so 65536 tokens per batch cap its cache at 1.4 GiB. (Models whose layers
+    are not all plain full attention, such as sliding-window or hybrid ones, keep transformers'
+    growing `DynamicCache`; see `kv_cache`.)
     """
 
     def __init__(
@@ -41,19 +67,30 @@ class TorchRolloutEngine:
         *,
         eos_token_id: int | Sequence[int],
         pad_token_id: int,
-        device: str | torch.device = "cpu",
+        device: str | torch.device | None = None,
         max_batch_size: int | None = None,
+        max_tokens_per_batch: int | None = None,
     ) -> None:
         eos_ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
         if not eos_ids:
             raise ValueError("eos_token_id=[] must name at least one token id")
         if max_batch_size is not None and max_batch_size < 1:
             raise ValueError(f"max_batch_size={max_batch_size} must be None or >= 1")
-        self.device = torch.device(device)
-        self.model = model.to(self.device)
+        if max_tokens_per_batch is not None and max_tokens_per_batch < 1:
+            raise ValueError(
+                f"max_tokens_per_batch={max_tokens_per_batch} must be None or >= 1 (tokens of a "
+                "decode batch: rows x (padded prompt length + max_tokens))"
+            )
+        if device is None:
+            self.device = module_device(model)
+            self.model = model
+        else:
+            self.device = torch.device(device)
+            self.model = model.to(self.device)
         self.eos_token_ids = eos_ids
         self.pad_token_id = int(pad_token_id)
         self.max_batch_size = max_batch_size
+        self.max_tokens_per_batch = max_tokens_per_batch
         self._eos = torch.tensor(eos_ids, device=self.device)
         self._weight_version = 0
         self._receiver = None  # set by join_weight_broadcast
@@ -70,16 +107,20 @@ class TorchRolloutEngine:
         generator = None
         if sampling.seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(sampling.seed)
-        step = self.max_batch_size or max(len(prompt_ids) * n, 1)
+        row_tokens = [len(p) + sampling.max_tokens for p in prompt_ids]
         flat: list[Response] = []
         was_training = self.model.training
         self.model.eval()  # dropout off: the log-probs must be those of the deterministic policy
         try:
-            for batch in _batches(len(prompt_ids), n, step):
+            for batch in _batches(row_tokens, n, self.max_batch_size, self.max_tokens_per_batch):
                 flat += self._generate_batch([list(prompt_ids[i]) for i, _ in batch],
                                              [count for _, count in batch], sampling, generator)
         finally:
             self.model.train(was_training)
+            # A runner sharing a GPU with a learner hands back the blocks its KV caches held
+            # before the learner runs (the caches were locals of `_generate_batch`, gone by now).
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
         return [flat[i * n : (i + 1) * n] for i in range(len(prompt_ids))]
 
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
@@ -127,31 +168,33 @@ class TorchRolloutEngine:
     ) -> list[Response]:
         """`counts[i]` samples of `prompts[i]`, as consecutive rows: each prompt is prefilled
         once and its KV cache copied to its samples (a group of n shares one prefill)."""
-        input_ids, attention_mask = left_pad(prompts, self.pad_token_id, self.device)  # (P, L)
-        T_max = sampling.max_tokens
+        input_ids, prompt_mask = left_pad(prompts, self.pad_token_id, self.device)  # (P, L)
+        L, T_max = input_ids.shape[1], sampling.max_tokens
+        rows = torch.repeat_interleave(torch.arange(len(prompts), device=self.device),
+                                       torch.tensor(counts, device=self.device))  # (B,)
+        B = rows.shape[0]
         # Positions count real tokens only, so a left-padded prompt sees the same RoPE positions
         # as it would alone (this is what makes batched log-probs match a teacher-forced pass).
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # (P, L)
-        cache = DynamicCache(config=self.model.config)
+        position_ids = (prompt_mask.cumsum(-1) - 1).clamp(min=0)  # (P, L)
+        # The mask of the whole decode, allocated once: the prompts' columns, then one column of
+        # ones per response token; step t attends over its first L + t + 1 columns.
+        attention_mask = prompt_mask.new_ones(B, L + T_max)  # (B, L + T_max)
+        attention_mask[:, :L] = prompt_mask[rows]
+        cache = kv_cache(self.model.config, B, L + T_max)
         logits = self.model(
             input_ids=input_ids,
-            attention_mask=attention_mask,
+            attention_mask=prompt_mask,
             position_ids=position_ids,
             past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
         ).logits[:, -1]  # (P, V)
-        rows = torch.repeat_interleave(torch.arange(len(prompts), device=self.device),
-                                       torch.tensor(counts, device=self.device))  # (B,)
-        cache.batch_select_indices(rows)
-        logits, attention_mask, position_ids = logits[rows], attention_mask[rows], \
-            position_ids[rows]  # (B, V), (B, L), (B, L)
-        B = rows.shape[0]
-        next_pos = position_ids[:, -1:] + 1  # (B, 1)
+        cache.batch_select_indices(rows)  # the P prompts' KV rows become the B samples' rows
+        logits = logits[rows]  # (B, V)
+        next_pos = position_ids[rows, -1:] + 1  # (B, 1)
         tokens = torch.empty(B, T_max, dtype=torch.long, device=self.device)
         logps = torch.empty(B, T_max, dtype=torch.float32, device=self.device)
         done = torch.zeros(B, dtype=torch.bool, device=self.device)
-        ones = torch.ones(B, 1, dtype=attention_mask.dtype, device=self.device)
         stops = [torch.tensor(seq, device=self.device) for seq in sampling.stop_sequences]
         for t in range(T_max):
             tokens[:, t], logps[:, t] = sample_next_token(logits, sampling, generator)
@@ -163,10 +206,9 @@ class TorchRolloutEngine:
                 break
             # Finished rows keep decoding (cheaper than shrinking the cache); their extra tokens
             # are cut off in `_to_responses`.
-            attention_mask = torch.cat([attention_mask, ones], dim=1)  # (B, L + t + 1)
             logits = self.model(
                 input_ids=tokens[:, t : t + 1],
-                attention_mask=attention_mask,
+                attention_mask=attention_mask[:, : L + t + 1],  # (B, L + t + 1), a view
                 position_ids=next_pos,
                 past_key_values=cache,
                 use_cache=True,
@@ -176,22 +218,131 @@ class TorchRolloutEngine:
                              sampling.stop_sequences)
 
 
-def _batches(num_prompts: int, n: int, step: int) -> list[list[tuple[int, int]]]:
-    """Decode batches of at most `step` rows, as `(prompt index, number of samples)` pairs in
-    prompt order; a group larger than `step` is split over batches."""
+class PreallocatedLayer(DynamicLayer):
+    """A full-attention layer's keys and values in buffers allocated once, and filled in place.
+
+    The buffers are `(max_rows, kv_heads, max_len, head_dim)`; the cache seen by the model is the
+    filled corner `[:rows, :, :length]`, returned as views, so each step attends over the tokens
+    so far only (as with `DynamicLayer`, and unlike transformers' `StaticLayer`, which attends
+    over all `max_len` columns every step) and writing a step copies that step's keys alone.
+    It supports what the engine's decode loop calls: `update` and one `batch_select_indices`
+    after the prefill.
+
+    Args:
+        max_rows: most rows (sequences) the layer will hold: the decode batch's size.
+        max_len: most tokens per row: padded prompt length + the most response tokens.
+    """
+
+    def __init__(self, max_rows: int, max_len: int):
+        super().__init__()
+        self.max_rows, self.max_len = max_rows, max_len
+        self.rows = self.length = 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        """Allocate the buffers, with the dtype, device and head shape of the first keys."""
+        self.dtype, self.device = key_states.dtype, key_states.device
+        k_shape = (self.max_rows, key_states.shape[1], self.max_len, key_states.shape[-1])
+        v_shape = (self.max_rows, value_states.shape[1], self.max_len, value_states.shape[-1])
+        # `empty`: never-written columns are never read (views cover the filled corner only).
+        self.keys = torch.empty(k_shape, dtype=self.dtype, device=self.device)
+        self.values = torch.empty(v_shape, dtype=self.dtype, device=self.device)
+        self.is_initialized = True
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write `(rows, kv_heads, S, head_dim)` new keys and values after the `length` cached
+        ones; return all cached keys and values so far, `(rows, kv_heads, length + S, head_dim)`.
+        """
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        rows, end = key_states.shape[0], self.length + key_states.shape[-2]
+        if rows > self.max_rows or end > self.max_len or (self.length and rows != self.rows):
+            raise ValueError(
+                f"PreallocatedLayer: an update to {rows} rows x {end} tokens does not fit its "
+                f"{self.max_rows} rows x {self.max_len} tokens, or changes its {self.rows} rows"
+            )
+        # `narrow` rather than `[...]` indexing: fewer Python-level ops per layer and step.
+        keys, values = self.keys.narrow(0, 0, rows), self.values.narrow(0, 0, rows)
+        keys.narrow(2, self.length, end - self.length).copy_(key_states)
+        values.narrow(2, self.length, end - self.length).copy_(value_states)
+        self.rows, self.length = rows, end
+        return keys.narrow(2, 0, end), values.narrow(2, 0, end)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Row i becomes cached row `indices[i]`, for the `len(indices)` rows; `indices` `(B,)`.
+
+        The gathered copy is a temporary of this layer's filled columns only, `(B, kv_heads,
+        length, head_dim)`, and layers are gathered one after the other.
+        """
+        if len(indices) > self.max_rows:
+            raise ValueError(f"PreallocatedLayer: {len(indices)} rows > max_rows={self.max_rows}")
+        if self.length:
+            self.keys[: len(indices), :, : self.length] = self.keys[indices, :, : self.length]
+            self.values[: len(indices), :, : self.length] = self.values[indices, :, : self.length]
+        self.rows = len(indices)
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def get_max_length(self) -> int:
+        return self.max_len
+
+
+def kv_cache(config: PreTrainedConfig, max_rows: int, max_len: int) -> DynamicCache:
+    """A KV cache for one decode batch of at most `max_rows` rows x `max_len` tokens.
+
+    Every layer a `PreallocatedLayer` when transformers' `DynamicCache` would give every layer a
+    plain `DynamicLayer` (full attention); otherwise (sliding-window, hybrid or linear-attention
+    layers, whose caches keep less than every token) that `DynamicCache` itself, which grows by
+    concatenation: such models get no preallocation.
+    """
+    cache = DynamicCache(config=config)
+    if cache.layers and all(type(layer) is DynamicLayer for layer in cache.layers):
+        cache.layers = [PreallocatedLayer(max_rows, max_len) for _ in cache.layers]
+    return cache
+
+
+def _batches(
+    row_tokens: list[int], n: int, max_rows: int | None, max_tokens: int | None = None
+) -> list[list[tuple[int, int]]]:
+    """Split `n` samples of each prompt into decode batches, in prompt order.
+
+    Args:
+        row_tokens: per prompt, the tokens one of its rows needs: prompt length + max_tokens. A
+            batch costs rows x its longest row (shorter prompts are left-padded to the longest).
+        n: samples (rows) per prompt.
+        max_rows: most rows per batch; None: no bound.
+        max_tokens: most tokens (rows x longest row) per batch; None: no bound. A row that alone
+            exceeds it still gets a batch of its own.
+
+    Returns:
+        Batches as `(prompt index, number of samples)` pairs; a group that does not fit in the
+        current batch is split over batches.
+    """
     batches: list[list[tuple[int, int]]] = [[]]
-    size = 0
-    for i in range(num_prompts):
+    size = width = 0  # rows and longest row of the last batch
+    for i, tokens in enumerate(row_tokens):
         remaining = n
         while remaining:
-            if size == step:
+            room = _room(size, max(width, tokens), max_rows, max_tokens)
+            if room <= 0 and size:  # full: start the next batch
                 batches.append([])
-                size = 0
-            count = min(remaining, step - size)
+                size = width = 0
+                continue
+            count = min(remaining, max(room, 1))  # at least one row, even an over-long one
             batches[-1].append((i, count))
-            size += count
-            remaining -= count
+            size, width, remaining = size + count, max(width, tokens), remaining - count
     return [b for b in batches if b]
+
+
+def _room(size: int, width: int, max_rows: int | None, max_tokens: int | None) -> int:
+    """Rows a batch of `size` rows can still take if its longest row is `width` tokens (it
+    may be negative: a longer row would push the rows already there over `max_tokens`)."""
+    fit = max_rows if max_rows is not None else sys.maxsize
+    if max_tokens is not None:
+        fit = min(fit, max_tokens // width)
+    return fit - size
 
 
 def left_pad(
