@@ -43,6 +43,9 @@ DROPPED_FRACTION = "async_sampling/dropped_fraction"
 LEARNER_WAIT_S = "async_sampling/learner_wait_s"
 RUNNER_IDLE_S = "env_runners/time_idle_s"
 OLD_LOGP_RECOMPUTED = "learners/default_policy/old_logp_recomputed"
+# Placement (rllib_llm/exchange/devices.py): each process's device as a number.
+LEARNER_ON_GPU = "learners/default_policy/device_is_gpu"
+SAMPLER_ON_GPU = "env_runners/device_is_gpu"
 
 METRICS: Mapping[str, str] = MappingProxyType({
     ITERATION: "training iterations done",
@@ -75,6 +78,9 @@ METRICS: Mapping[str, str] = MappingProxyType({
                    "0 at a runner's first)",
     OLD_LOGP_RECOMPUTED: "1 if old_logp were recomputed by the learner, 0 if they are the "
                          "sampler's behaviour log-probs (recompute_old_logp)",
+    LEARNER_ON_GPU: "1 if the learner computes on a GPU, else 0 (its device is printed at build)",
+    SAMPLER_ON_GPU: "share of the sampling env runners that sample on a GPU (in one process: "
+                    "the learner's device)",
 })
 
 

@@ -33,6 +33,8 @@ from rllib_llm.algorithm.evaluation import (
     shard_seed,
 )
 from rllib_llm.algorithm.fields import check_field
+from rllib_llm.algorithm.placement_checks import shares_learner_model
+from rllib_llm.exchange.devices import announce
 from rllib_llm.rollout.env_runner import SAMPLER_STATE
 from rllib_llm.rollout.evaluation import EvalShard
 
@@ -63,12 +65,18 @@ class RLVR(Algorithm):
 
             self._weight_broadcast = BroadcastWeightSync(config, self.learner_group,
                                                          self.env_runner_group)
-        if config.num_env_runners == 0 and config.num_learners == 0 and not config.lora_rank:
+        if shares_learner_model(config):
             # One process samples and learns in turn: its sampler samples with the learner's
             # own model, not a second copy of it (a weight sync then copies nothing). A LoRA
             # learner's model holds adapters, and the sampler merged weights: no sharing there.
             self.env_runner_group.local_env_runner.share_policy_model(
                 self.learner_group._learner.module[DEFAULT_MODULE_ID].model)
+        if config.num_env_runners == 0:
+            runner = self.env_runner_group.local_env_runner
+            announce("the driver's env runner", runner.device,
+                     "sampling with the learner's model"
+                     if shares_learner_model(config) and config.rollout_engine == "torch"
+                     else "")
         self._async = None
         if config.async_generation_ratio:
             self._async = AsyncSampler(

@@ -117,6 +117,9 @@ class VLLMRolloutEngine:
         from vllm.platforms import current_platform
 
         self._vllm = vllm
+        # Where vLLM computes: its platform's device (its workers hold the model, not us).
+        self.device = torch.device("cpu" if current_platform.is_cpu()
+                                   else current_platform.device_type)
         eos_ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
         if not eos_ids:
             raise ValueError("eos_token_id=[] must name at least one token id")

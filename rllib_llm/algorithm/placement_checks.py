@@ -1,0 +1,35 @@
+"""The checks of where RLVRConfig puts its processes, and of its memory budgets: a placement the
+config cannot honour is refused here, before anything is built, never silently changed."""
+
+from __future__ import annotations
+
+from rllib_llm.algorithm.fields import changed_fields
+
+
+def shares_learner_model(cfg) -> bool:
+    """Whether the driver's env runner holds the local learner's own model instead of a copy
+    (RLVR.setup: one process, full fine-tuning); the torch engine then samples with it."""
+    return cfg.num_env_runners == 0 and cfg.num_learners == 0 and not cfg.lora_rank
+
+
+def check_placement(cfg) -> None:
+    """Raise ValueError for a placement or budget the config's processes cannot honour."""
+    if cfg.in_evaluation:
+        return
+    if shares_learner_model(cfg) and cfg.rollout_engine == "torch" \
+            and cfg.num_gpus_per_env_runner > 0 \
+            and cfg.num_gpus_per_learner == 0:
+        raise ValueError(
+            f"RLVRConfig.num_gpus_per_env_runner={cfg.num_gpus_per_env_runner} with "
+            "num_env_runners=0 and num_learners=0: in one process the sampler samples with the "
+            "learner's own model, on the learner's device, which is the CPU "
+            "(num_gpus_per_learner=0). Set num_gpus_per_learner=1 to sample and train on the "
+            "GPU, or num_env_runners >= 1 for a sampler on a GPU of its own."
+        )
+    if cfg.rollout_engine == "vllm" and changed_fields(cfg, ("max_tokens_per_generate_batch",)):
+        raise ValueError(
+            f"RLVRConfig.max_tokens_per_generate_batch={cfg.max_tokens_per_generate_batch} "
+            "bounds the torch engine's KV cache; vLLM bounds its own "
+            "(vllm_gpu_memory_utilization, vllm_kv_cache_memory_bytes) and would ignore it. "
+            "Leave it at its default with rollout_engine='vllm'."
+        )
