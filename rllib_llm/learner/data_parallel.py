@@ -63,6 +63,16 @@ def score_rows(fn: Callable[[dict[str, torch.Tensor]], torch.Tensor],
     return full
 
 
+def max_over_ranks(value: int) -> int:
+    """The largest `value` any rank holds (collective: every rank calls it at once)."""
+    _, world = rank_and_world()
+    if world == 1:
+        return value
+    tensor = torch.tensor([value], dtype=torch.int64, device=_device())
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return int(tensor.item())
+
+
 def all_reduce_step_metrics(values: dict[str, float]) -> dict[str, float]:
     """One optimizer step's metrics over all ranks: pieces add up (each was normalised by the
     whole mini-batch's counts), `*_max` / `*_min` take the max / min (`step_metrics.extreme`).

@@ -11,9 +11,10 @@ value pretraining (the first value_pretrain_steps iterations) the loss is the va
 on Monte-Carlo returns, and only the critic's optimizer steps.
 
 One call of `_update` is one training iteration: `ppo_epochs` passes over the rollout batch in
-mini-batches of whole prompt groups (`minibatches.py`), one optimizer step each. Every term is
-normalised by the counts of the whole mini-batch, computed before it is split into
-micro-batches, so `micro_batch_size` changes memory use and nothing else — the logged metrics
+mini-batches of whole prompt groups (`minibatches.py`), one optimizer step each, accumulated
+over micro-batches of at most `max_tokens_per_micro_batch` tokens (and `micro_batch_size` rows;
+`micro_batches.py`). Every term is normalised by the counts of the whole mini-batch, computed
+before it is split, so the budget changes memory use and nothing else — the logged metrics
 included: they are the mini-batch's values, averaged over the iteration's optimizer steps.
 
 With `num_learners >= 2` (DDP) every learner takes the same steps, each on its share of every
@@ -32,8 +33,9 @@ from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 
 from rllib_llm import core
 from rllib_llm.exchange.columns import CORRECT
+from rllib_llm.exchange.devices import IS_GPU, announce, is_gpu, module_device, require_visible_gpu
 from rllib_llm.exchange.threads import set_torch_threads
-from rllib_llm.learner import data_parallel
+from rllib_llm.learner import data_parallel, micro_batches
 from rllib_llm.learner.minibatches import minibatch_rows
 from rllib_llm.learner.step_metrics import StepMetrics
 
@@ -71,6 +73,8 @@ class RLVRLearner(TorchLearner):
     def build(self) -> None:
         core.restore_registrations(self.config.user_registrations)  # the driver's, if remote
         set_torch_threads(self.config.num_torch_threads)
+        require_visible_gpu(self.config.num_gpus_per_learner, setting="num_gpus_per_learner",
+                            role="learner")
         super().build()
         cfg = self.config
         params = core.pg_variant_params(cfg.pg_variant)
@@ -92,6 +96,10 @@ class RLVRLearner(TorchLearner):
         self._critic_refs = {self.get_param_ref(p) for p in module.critic_parameters()}
         self._value_pretrain_done = 0  # value-pretraining iterations done (checkpointed)
         self._pretraining = False
+        self._device_is_gpu = is_gpu(module_device(module))
+        rank, world = data_parallel.rank_and_world()
+        announce("the learner" if world == 1 else f"learner {rank} of {world}",
+                 module_device(module))
 
     def configure_optimizers_for_module(self, module_id, config=None) -> None:
         """One Adam optimizer (RLlib's default), or with a critic two: "actor" at lr and
@@ -150,6 +158,7 @@ class RLVRLearner(TorchLearner):
         for name, value in merged.items():
             self.metrics.log_value((DEFAULT_MODULE_ID, name), value, window=1)
         self.metrics.log_value((DEFAULT_MODULE_ID, NUM_OPTIMIZER_STEPS), len(steps), window=1)
+        self.metrics.log_value((DEFAULT_MODULE_ID, IS_GPU), self._device_is_gpu, window=1)
         self.metrics.log_value((DEFAULT_MODULE_ID, NUM_NONFINITE_SKIPPED),
                                self._nonfinite_total, window=1)
         if self._has_critic:
@@ -187,7 +196,8 @@ class RLVRLearner(TorchLearner):
         for optim in self._optimizer_parameters:
             optim.zero_grad(set_to_none=True)
         total = torch.zeros((), dtype=torch.float64)
-        micros = list(_split(mine, cfg.micro_batch_size))
+        micros = micro_batches.split(mine, max_tokens=cfg.max_tokens_per_micro_batch,
+                                     max_rows=cfg.micro_batch_size)
         for i, micro in enumerate(micros):
             # DDP all-reduces the gradients once per step, in the last micro-batch's backward.
             with self._gradient_sync(last=i == len(micros) - 1):
@@ -437,10 +447,3 @@ def _detached(tree: Any) -> Any:
         return type(tree)(_detached(v) for v in tree)
     return tree
 
-
-def _split(data: dict[str, torch.Tensor], size: int | None):
-    """Micro-batches of `size` rows (all rows when size is None)."""
-    n = data["action_mask"].shape[0]
-    size = size or n
-    for start in range(0, n, size):
-        yield {k: v[start : start + size] for k, v in data.items()}

@@ -18,6 +18,7 @@ import torch
 from ray.rllib.core.rl_module.apis import InferenceOnlyAPI, ValueFunctionAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
+from rllib_llm.learner import micro_batches
 from rllib_llm.learner.tensor_state import TensorState
 from rllib_llm.learner.token_logp import head_token_logp_and_entropy, token_logp_and_entropy
 from rllib_llm.models import DTYPES, load_model, lora
@@ -66,11 +67,12 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
     on learners of adv_estimator='gae'.
 
     model_config keys: `model_name_or_path`, `model_dtype`, `temperature`, `use_reference`,
-    `entropy_grad` (the entropy needs a gradient: entropy_coef > 0), `score_batch_size` (rows
-    per forward of `score_tokens`; None = all at once), `fused_kernels` (log-probs from the last
-    hidden states and the LM head, chunk by chunk: `use_fused_kernels`), `critic` (None, or
-    {"model_name_or_path": ..., "shares_trunk": bool}). Env runners build the module with
-    `inference_only=True`: the policy alone.
+    `entropy_grad` (the entropy needs a gradient: entropy_coef > 0), `micro_batch_tokens` and
+    `micro_batch_rows` (the learner's micro-batch budget, which every scoring pass keeps; None =
+    no bound), `gradient_checkpointing` (recompute layer activations in backward),
+    `fused_kernels` (log-probs from the last hidden states and the LM head, chunk by chunk:
+    `use_fused_kernels`), `critic` (None, or {"model_name_or_path": ..., "shares_trunk": bool}).
+    Env runners build the module with `inference_only=True`: the policy alone.
     """
 
     def setup(self) -> None:
@@ -78,7 +80,9 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
         self.temperature = float(cfg["temperature"])
         self.model = load_model(cfg["model_name_or_path"], dtype=cfg["model_dtype"])
         self.entropy_grad = bool(cfg.get("entropy_grad", True))
-        self.score_batch_size = cfg.get("score_batch_size")
+        # The learner's micro-batch budget, which scoring passes keep too.
+        self.micro_batch_tokens = cfg.get("micro_batch_tokens")
+        self.micro_batch_rows = cfg.get("micro_batch_rows")
         # LoRA (models/lora.py): the learner trains adapters on the frozen base; env runners hold
         # plain weights and receive merged ones. The reference is the base, adapters off.
         self.lora = cfg.get("lora")
@@ -94,6 +98,8 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
             ref.requires_grad_(False)
             self.reference_model = ref.eval()
         critic = cfg.get("critic")
+        self.gradient_checkpointing = bool(cfg.get("gradient_checkpointing")) and \
+            not self.inference_only
         if critic and not self.inference_only:
             if critic["shares_trunk"]:
                 self.value_head = value_head(self.model.config.hidden_size,
@@ -101,6 +107,10 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
             else:
                 self.critic = load_value_model(critic["model_name_or_path"],
                                                dtype=cfg["model_dtype"])
+        if self.gradient_checkpointing:
+            for trunk in (self.model, getattr(getattr(self, CRITIC, None), "trunk", None)):
+                if trunk is not None:
+                    enable_gradient_checkpointing(trunk)
 
     def train(self, mode: bool = True):
         """The learner switches the module to training mode; the reference stays in eval mode
@@ -197,22 +207,21 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
 
     @torch.no_grad()
     def score_values(self, batch: dict[str, Any]) -> torch.Tensor:
-        """The critic's values (B, T) at rollout time (V_old), no grad, in eval mode and
-        `score_batch_size` rows per forward, like `score_tokens`."""
+        """The critic's values (B, T) at rollout time (V_old), no grad, in eval mode and in the
+        learner's micro-batches, like `score_tokens`."""
         critic = getattr(self, CRITIC, None) or self.model
         return self._in_eval_chunks(critic, batch, self.compute_values)
 
     def _in_eval_chunks(self, model: torch.nn.Module, batch: dict[str, Any], fn) -> torch.Tensor:
-        """torch.cat of fn(rows) over chunks of `score_batch_size` rows, `model` in eval mode."""
+        """fn (rows, T') over the learner's micro-batches of `batch` (the same token and row
+        budget: micro_batches.py), put back together as (B, T); `model` in eval mode."""
         was_training = model.training
         model.eval()
         try:
-            n = batch["response_ids"].shape[0]
-            size = self.score_batch_size or n
             keys = ("input_ids", "attention_mask", "response_ids")
-            return torch.cat([
-                self._in_forward(lambda s=start: fn({k: batch[k][s : s + size] for k in keys}))
-                for start in range(0, n, size)])
+            return micro_batches.map_rows(
+                lambda rows: self._in_forward(lambda: fn(rows)), {k: batch[k] for k in keys},
+                max_tokens=self.micro_batch_tokens, max_rows=self.micro_batch_rows)
         finally:
             model.train(was_training)
 
@@ -229,8 +238,8 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
     def score_tokens(self, batch: dict[str, Any], *, reference: bool) -> torch.Tensor:
         """log-probs (B, T) of the response tokens under the policy or the reference, no grad.
 
-        In eval mode (no dropout) and `score_batch_size` rows per forward, like the learner's
-        micro-batches, so scoring a whole rollout batch never needs more memory than training.
+        In eval mode (no dropout) and in the learner's micro-batches, so scoring a whole rollout
+        batch never needs more memory than training.
         """
         if reference and self._reference_is_base:
             with lora.adapters_disabled(self.model):
@@ -319,6 +328,18 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
             scaling=self.lora["alpha"] / self.lora["rank"])
         rest = {k: v for k, v in state.items() if k not in adapters}
         return {**rest, **{prefix + k: v for k, v in merged.items()}}
+
+
+def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
+    """Hugging Face's gradient checkpointing on `model` (a causal LM or its trunk): each layer's
+    activations are recomputed in the backward pass instead of kept. Non-reentrant: it needs no
+    input that requires a gradient (a LoRA model's embeddings are frozen), and it restores the
+    RNG state, so dropout draws the same masks twice and the gradients are the plain ones."""
+    if not getattr(model, "supports_gradient_checkpointing", False):
+        raise ValueError(
+            f"RLVRConfig.gradient_checkpointing=True: {type(model).__name__} does not support "
+            "Hugging Face's gradient checkpointing; set gradient_checkpointing=False.")
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def check_fused_head(model: torch.nn.Module) -> None:

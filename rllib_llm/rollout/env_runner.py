@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import ray
+import torch
 from ray.rllib.core import COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
 from ray.rllib.env import INPUT_ENV_SINGLE_SPACES, INPUT_ENV_SPACES
 from ray.rllib.env.env_runner import EnvRunner
@@ -30,6 +31,7 @@ from ray.rllib.utils.framework import get_device
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_NO
 
 from rllib_llm.envs.token_mdp import is_correct
+from rllib_llm.exchange.devices import IS_GPU, announce, is_gpu, module_device, require_visible_gpu
 from rllib_llm.exchange.threads import set_torch_threads
 from rllib_llm.rollout.engine import SamplingParams
 from rllib_llm.rollout.evaluation import (
@@ -139,9 +141,13 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
     def share_policy_model(self, model) -> None:
         """Sample with `model`, the local learner's own policy model, instead of this runner's
         copy (freed): in one process sampling and updates take turns, so the sampler always
-        sees the learner's current weights, and a weight sync has nothing to copy."""
+        sees the learner's current weights, and a weight sync has nothing to copy.
+
+        The sampler then computes where the learner's model is: the shared model never moves
+        (moving it to this runner's device would move the learner's parameters with it)."""
         rebuild = self._engine is not None and self._engine_shares_module
         self.module.model = model
+        self._device = module_device(model)
         if rebuild:  # a torch engine samples from the module's model: rebuilt around this one
             self._engine = None
 
@@ -177,9 +183,20 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         spec = self.config.get_rl_module_spec(spaces=self.get_spaces(), inference_only=True)
         self.module = spec.build()
         # The torch engine samples from this module: put it on the runner's GPU when the config
-        # gives runners one (RLlib's rule, as its own env runners place their modules).
-        self._device = get_device(self.config, self.config.num_gpus_per_env_runner)
+        # gives this runner one. A remote runner has num_gpus_per_env_runner; the driver's runner
+        # has it only where it samples (num_env_runners=0), else none (RLlib's own rule).
+        samples = bool(self.worker_index) or not self.config.num_env_runners
+        gpus = self.config.num_gpus_per_env_runner if samples else 0
+        require_visible_gpu(gpus, setting="num_gpus_per_env_runner", role="env runner")
+        self._device = get_device(self.config, gpus)
         self.module.to(self._device)
+        if self.worker_index:  # (the driver's runner is announced by RLVR.setup)
+            announce(f"env runner {self.worker_index}", self._device)
+
+    @property
+    def device(self) -> torch.device:
+        """Where this runner's torch engine samples (a shared model's device, in one process)."""
+        return self._device
 
     def _make_engine(self):
         cfg, tok = self.config, self.env.tokenizer
@@ -203,7 +220,7 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
 
         return TorchRolloutEngine(
             self.module.model, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-            device=self._device,
+            device=self._device, max_tokens_per_batch=cfg.max_tokens_per_generate_batch,
         )
 
     def _sampling(self) -> SamplingParams:
@@ -236,6 +253,8 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         # (0 before the first sample: every iteration's results carry the metric.)
         idle = 0.0 if self._last_sample_end is None else start - self._last_sample_end
         self.metrics.log_value(IDLE_S, idle, window=1)
+        self.metrics.log_value(IS_GPU, is_gpu(getattr(self.engine, "device", self._device)),
+                               window=1)
         try:
             return self._sample(num_prompts or self.num_prompts_per_sample())
         finally:

@@ -1,0 +1,143 @@
+"""Micro-batches under a token budget: how a mini-batch (or a scoring pass) is cut for memory.
+
+A forward's activations grow with rows x padded length, so memory is bounded by tokens, not by
+rows (verl's dynamic batch size, ROLL's dynamic batching): rows are sorted by length, longest
+first, and taken greedily while a micro-batch's padded size, rows x (its longest prompt + its
+longest response), stays within `max_tokens` (and its rows within `max_rows`). Each micro-batch
+is cut to its own longest prompt and response, so short rows do not carry the batch's padding.
+
+The cut only drops columns that are padding in every row of the micro-batch: the left-padded
+prompts lose leading pad columns (positions count real tokens, so they do not change) and the
+responses trailing ones (causal attention never looks forward). Losses are normalised by the
+whole mini-batch's counts (learner.py), so neither the order of the rows nor the cut changes the
+update.
+
+Several data-parallel ranks each plan their own share; under DDP (buffers broadcast in every
+forward) and ZeRO-3 (weights gathered in every forward) they must run the same number of
+forwards, so a rank with fewer micro-batches splits its largest until the counts agree
+(`min_count`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from rllib_llm.learner import data_parallel
+
+
+def row_lengths(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(prompt lengths (B,), response lengths (B,), P): real tokens of each row's left-padded
+    prompt and right-padded response in `input_ids` (B, P + T), and the prompt width P."""
+    t = batch["response_ids"].shape[1]
+    attention = batch["attention_mask"]
+    p = attention.shape[1] - t
+    return attention[:, :p].sum(1).cpu(), attention[:, p:].sum(1).cpu(), p
+
+
+def plan(prompt_lens: torch.Tensor, response_lens: torch.Tensor, *, max_tokens: int | None,
+         max_rows: int | None = None, min_count: int = 1) -> list[torch.Tensor]:
+    """Row indices of each micro-batch (the longest rows in the first).
+
+    Args:
+        prompt_lens, response_lens: (B,) real tokens per row.
+        max_tokens: most rows x (longest prompt + longest response) per micro-batch; None =
+            no token bound. A row longer than the budget is a micro-batch of its own.
+        max_rows: most rows per micro-batch; None = no row bound.
+        min_count: at least this many micro-batches (at most B): the largest are halved.
+
+    Returns:
+        int64 tensors of row indices, together each row exactly once.
+    """
+    total = prompt_lens + response_lens
+    order = torch.argsort(total, descending=True, stable=True).tolist()
+    batches: list[list[int]] = []
+    longest_p = longest_t = 0
+    for row in order:
+        p, t = int(prompt_lens[row]), int(response_lens[row])
+        if batches:
+            rows = len(batches[-1]) + 1
+            wide = max(longest_p, p) + max(longest_t, t)
+            fits = (max_tokens is None or rows * wide <= max_tokens) and \
+                (max_rows is None or rows <= max_rows)
+            if fits:
+                batches[-1].append(row)
+                longest_p, longest_t = max(longest_p, p), max(longest_t, t)
+                continue
+        batches.append([row])
+        longest_p, longest_t = p, t
+    while len(batches) < min(min_count, len(order)):
+        # Halve the micro-batch with the most padded tokens (rows x its first row's length:
+        # rows are still longest first here).
+        i = max(range(len(batches)), key=lambda j: len(batches[j]) * int(total[batches[j][0]])
+                if len(batches[j]) > 1 else -1)
+        half = (len(batches[i]) + 1) // 2
+        batches[i:i + 1] = [batches[i][:half], batches[i][half:]]
+    # Each micro-batch in the batch's own row order: a batch that fits whole is then exactly
+    # the batch (the same sums in the same order as without a budget).
+    return [torch.tensor(sorted(rows), dtype=torch.long) for rows in batches]
+
+
+def plan_on_every_rank(prompt_lens: torch.Tensor, response_lens: torch.Tensor, *,
+                       max_tokens: int | None, max_rows: int | None) -> list[torch.Tensor]:
+    """`plan` with as many micro-batches on this rank as on the data-parallel rank with the
+    most (collective: every rank calls it at once); `plan` itself without ranks."""
+    batches = plan(prompt_lens, response_lens, max_tokens=max_tokens, max_rows=max_rows)
+    most = data_parallel.max_over_ranks(len(batches))
+    if most == len(batches):
+        return batches
+    return plan(prompt_lens, response_lens, max_tokens=max_tokens, max_rows=max_rows,
+                min_count=most)
+
+
+def take(batch: dict[str, torch.Tensor], rows: torch.Tensor, prompt_lens: torch.Tensor,
+         response_lens: torch.Tensor, p: int) -> dict[str, torch.Tensor]:
+    """The micro-batch of `rows`, cut to its longest prompt and response.
+
+    (B, P + T) tensors keep columns P - P' .. P + T', (B, T) tensors the first T', per-row
+    tensors their rows; P' and T' are the micro-batch's longest prompt and response.
+    """
+    t = batch["response_ids"].shape[1]
+    keep_p = int(prompt_lens[rows].max())
+    keep_t = max(1, int(response_lens[rows].max()))
+    out = {}
+    for key, value in batch.items():
+        picked = value[rows.to(value.device)]
+        if value.dim() >= 2 and value.shape[1] == t:
+            picked = picked[:, :keep_t]
+        elif value.dim() >= 2 and value.shape[1] == p + t:
+            picked = picked[:, p - keep_p : p + keep_t]
+        elif value.dim() >= 2:
+            raise ValueError(f"micro_batches.take: {key!r} has shape {tuple(value.shape)}, "
+                             f"neither (B, T={t}) nor (B, P + T={p + t}) nor per row")
+        out[key] = picked
+    return out
+
+
+def split(batch: dict[str, torch.Tensor], *, max_tokens: int | None,
+          max_rows: int | None = None) -> list[dict[str, torch.Tensor]]:
+    """`batch` as micro-batches under the budget (`plan_on_every_rank`: collective under data
+    parallelism), each cut to its own lengths."""
+    prompt_lens, response_lens, p = row_lengths(batch)
+    return [take(batch, rows, prompt_lens, response_lens, p)
+            for rows in plan_on_every_rank(prompt_lens, response_lens, max_tokens=max_tokens,
+                                           max_rows=max_rows)]
+
+
+def map_rows(fn: Callable[[dict[str, torch.Tensor]], torch.Tensor],
+             batch: dict[str, torch.Tensor], *, max_tokens: int | None,
+             max_rows: int | None = None) -> torch.Tensor:
+    """fn over the micro-batches of `batch` (as `split`), put back together: (B, T) in the
+    batch's row order, zeros past each micro-batch's cut. `fn` maps a micro-batch to (rows, T')
+    values."""
+    prompt_lens, response_lens, p = row_lengths(batch)
+    b, t = batch["response_ids"].shape
+    out = None
+    for rows in plan_on_every_rank(prompt_lens, response_lens, max_tokens=max_tokens,
+                                   max_rows=max_rows):
+        part = fn(take(batch, rows, prompt_lens, response_lens, p))  # (rows, T')
+        if out is None:
+            out = torch.zeros((b, t), dtype=part.dtype, device=part.device)
+        out[rows.to(part.device), : part.shape[1]] = part
+    return out
