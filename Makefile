@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
 	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q --no-build-isolation -c constraints.txt deepspeed
-	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev,data]"
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev,data,bench]"
 	touch $@
 
 setup: $(STAMP)
