@@ -2,7 +2,7 @@
 
 This table is the single source for `RLVRConfig`'s attributes, its `validate()`, the README's
 settings reference and the CLI's `--help`. Names and defaults follow ROLL's PPO-family
-`RLVRConfig` and ../shared/ALGORITHMS.md; where we differ from ROLL the doc says why.
+`RLVRConfig` and the papers each doc names; where we differ from ROLL the doc says why.
 """
 
 from __future__ import annotations
