@@ -43,10 +43,12 @@ def test_one_process_samples_on_the_learners_device_and_never_moves_its_model(mo
 
 
 @pytest.mark.usefixtures("ray_session")
-def test_every_process_reports_its_device_once_at_build(capsys):
+def test_every_process_reports_its_device_once_at_build_on_stderr(capsys):
     algo = embedded_config("ppo", **SHAPE).build_algo()
     algo.stop()
-    lines = [line for line in capsys.readouterr().out.splitlines()
+    captured = capsys.readouterr()
+    assert "computes on" not in captured.out  # stdout stays a command's own (eval's JSON)
+    lines = [line for line in captured.err.splitlines()
              if line.startswith("rllib_llm:") and "computes on" in line]
     assert lines == ["rllib_llm: the learner computes on cpu",
                      "rllib_llm: the driver's env runner computes on cpu (sampling with the "

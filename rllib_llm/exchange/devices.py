@@ -8,6 +8,8 @@ build time, where it computes (`announce`), and in every iteration's metrics (`I
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
 # Metric (learner results per module, and env_runners/): 1.0 when the process computes on a GPU,
@@ -37,7 +39,8 @@ def is_gpu(device: torch.device) -> float:
 
 
 def announce(role: str, device: torch.device, detail: str = "") -> None:
-    """One line naming where a process computes (printed once, at build time; Ray forwards a
-    remote process's line to the driver's console with the process's name)."""
+    """One line naming where a process computes, once, at build time, on stderr (stdout may be a
+    command's data, such as `rllib-llm eval`'s JSON; Ray forwards a remote process's line to the
+    driver's console with the process's name)."""
     print(f"rllib_llm: {role} computes on {device}{f' ({detail})' if detail else ''}",
-          flush=True)
+          file=sys.stderr, flush=True)
