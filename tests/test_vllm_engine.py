@@ -50,6 +50,7 @@ def test_importing_the_engine_module_does_not_import_vllm():
 
 def test_config_rules_of_the_mismatch_correction():
     from rllib_llm import RLVRConfig
+    from rllib_llm.algorithm.config_rules import check_rollout_engine
 
     cfg = RLVRConfig().environment("math_verify")
     assert not cfg.recomputes_old_logp
@@ -57,9 +58,9 @@ def test_config_rules_of_the_mismatch_correction():
     assert cfg.recomputes_old_logp  # None means on for vLLM
     cfg.rollout_engine, cfg.rollout_is_level = "torch", "token"
     with pytest.raises(ValueError, match="rollout_is_level='token' needs recompute_old_logp"):
-        cfg._validate_rollout_engine()
+        check_rollout_engine(cfg)
     cfg.recompute_old_logp = True
-    cfg._validate_rollout_engine()
+    check_rollout_engine(cfg)
     cfg.rollout_is_level = "trajectory"
     with pytest.raises(ValueError, match="rollout_is_level='trajectory' is invalid"):
         cfg.validate()
