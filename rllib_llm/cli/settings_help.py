@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import textwrap
 
-from rllib_llm.algorithm.fields import FIELDS, Field
+from rllib_llm.algorithm.fields import Field, fields_by_section
 from rllib_llm.cli.run_settings import RUN_FIELDS
 
 WIDTH = 96
@@ -29,7 +29,8 @@ def settings_help() -> str:
         "",
         "training: (RLVRConfig's fields, rllib_llm/algorithm/fields.py; RLlib's lr, "
         "grad_clip, ... too)",
-        *(_entry(f) for f in FIELDS),
+        *(line for title, fields in fields_by_section().items()
+          for line in ("", f" {title}:", *(_entry(f) for f in fields))),
         "",
         "run: (how `rllib-llm train` and `sweep` run it, rllib_llm/cli/run_settings.py)",
         *(_entry(f) for f in RUN_FIELDS),
