@@ -1,4 +1,4 @@
-"""compute_advantages (ALGORITHMS.md "Rewards and advantages", steps 1–6) by hand."""
+"""compute_advantages (docs/ALGORITHMS.md, "Rewards and advantages", steps 1–6) by hand."""
 
 from __future__ import annotations
 

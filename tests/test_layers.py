@@ -1,4 +1,4 @@
-"""Layers import only downward (DESIGN.md, "Layers"): rollout and learning never import each
+"""Layers import only downward (docs/DESIGN.md, "Layers"): rollout and learning never import each
 other, and what both need lives in `rllib_llm.exchange`, which imports neither."""
 
 from __future__ import annotations

@@ -37,7 +37,8 @@ ESTIMATORS = {
     "rloo": {"adv_estimator": "rloo"},
     "reinforce": {"adv_estimator": "reinforce"},
     # REINFORCE++: REINFORCE with the KL to the reference charged in each token's reward and
-    # advantages whitened over the batch (ALGORITHMS.md); the KL loss stays off.
+    # advantages whitened over the batch (docs/ALGORITHMS.md, "Rewards and advantages"); the KL
+    # loss stays off.
     "reinforce++": {"adv_estimator": "reinforce", "add_token_level_kl": True,
                     "whiten_advantages": True, "use_kl_loss": False},
 }

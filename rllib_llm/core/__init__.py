@@ -1,5 +1,5 @@
 """The functional heart of rllib_llm: pure torch functions of tensors (no Ray, vLLM or
-transformers), one per formula of ALGORITHMS.md.
+transformers), one per formula of docs/ALGORITHMS.md.
 
 Losses return per-token values; ``agg_loss`` reduces them. Options are registries picked by name
 (``PG_VARIANT_REGISTRY``, ``ADV_ESTIMATOR_REGISTRY``, ...); the built-in names are ``Literal``

@@ -1,5 +1,5 @@
-"""The advantage pipeline of ALGORITHMS.md "Rewards and advantages", steps 1–6, as one pure
-function the learner connector calls once per mini-batch:
+"""The advantage pipeline of docs/ALGORITHMS.md, "Rewards and advantages", steps 1–6, as one
+pure function the learner connector calls once per mini-batch:
 
     scores [B] ─ 1 clip ─ 2 normalise ─ on the last mask token ─ 3 − β·KL per token
         (+ turn rewards) ─ 4 estimator (``adv_estimator``) ─ 5 whiten ─ 6 clip ─> advantages [B, T]
@@ -190,7 +190,7 @@ def compute_advantages(
     values: Tensor | None = None,
     turn_rewards: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Scores → per-token advantages, steps 1–6 of ALGORITHMS.md "Rewards and advantages".
+    """Scores → per-token advantages, steps 1–6 of docs/ALGORITHMS.md, "Rewards and advantages".
 
     Args:
         scores: [B] verifier scores, one per response.

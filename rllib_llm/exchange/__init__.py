@@ -1,4 +1,4 @@
-"""What rollout and learning both must know, in one layer below both (DESIGN.md, "Layers").
+"""What rollout and learning both must know, in one layer below both (docs/DESIGN.md, "Layers").
 
 The env runner (`rllib_llm.rollout`) and the learner (`rllib_llm.learner`) never import each
 other: they meet in the algorithm, and share only what lives here:

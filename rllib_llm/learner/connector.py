@@ -2,7 +2,7 @@
 
 Runs once per training iteration on the whole rollout batch, before RLlib splits it into
 mini-batches, because batch whitening, group baselines and running reward statistics are
-properties of the whole batch (ALGORITHMS.md, "Rewards and advantages"). With several learners
+properties of the whole batch (docs/ALGORITHMS.md, "Rewards and advantages"). With several learners
 each one runs it on the whole batch, scoring only its share of the prompt groups
 (`data_parallel.py`), so all of them hold the same advantages and statistics.
 """
@@ -113,7 +113,7 @@ class PackAndComputeAdvantages(ConnectorV2):
         A sampler with other kernels (vLLM) reports slightly different log-probs than the
         learner computes with the same weights; ratios against them would start off 1. The
         sampler's are kept as `rollout_logp` for the rollout importance weights and the logged
-        mismatch (DESIGN.md, "Learner details that bite").
+        mismatch (docs/DESIGN.md, "Learner details that bite").
         """
         mask = data["action_mask"]
         data["rollout_logp"] = data["old_logp"]

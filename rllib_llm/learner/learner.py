@@ -1,4 +1,5 @@
-"""`RLVRLearner`: the actor loss of ALGORITHMS.md on RLlib's TorchLearner, and the critic's.
+"""`RLVRLearner`: the actor loss of docs/ALGORITHMS.md ("The total loss") on RLlib's
+TorchLearner, and the critic's.
 
     L = rl_loss_coef * (agg(L_pg) + [use_kl_loss] * kl_loss_coef * agg(kl(logp, ref_logp)))
         - entropy_coef * agg(entropy) + positive_nll_coef * positive_nll_loss

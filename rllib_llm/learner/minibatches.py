@@ -1,8 +1,8 @@
 """Which rows of a rollout batch each optimizer step trains on.
 
 RLlib splits a batch into mini-batches by env steps, and here every token is an env step, so a
-"mini-batch of 64" would be 64 tokens, a few responses cut mid-group (DESIGN.md, "Learner details
-that bite"). RLVR counts in responses and keeps prompt groups whole: one iteration takes
+"mini-batch of 64" would be 64 tokens, a few responses cut mid-group (docs/DESIGN.md, "Learner
+details that bite"). RLVR counts in responses and keeps prompt groups whole: one iteration takes
 `ppo_epochs * total / mini_batch_size` optimizer steps, and each epoch sees every response once.
 """
 

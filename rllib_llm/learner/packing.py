@@ -1,8 +1,9 @@
 """Pack token-level episodes into the learner's (B, T) tensors.
 
-An episode's state is rebuilt exactly from its history (DESIGN.md): the prompt ids from the
-reset info, then per step the agent's token (an action, mask 1) followed by any tokens the
-environment appended in that step's info (tool output: state, not action, mask 0).
+An episode's state is rebuilt exactly from its history (docs/DESIGN.md, "The token-level MDP"):
+the prompt ids from the reset info, then per step the agent's token (an action, mask 1) followed
+by any tokens the environment appended in that step's info (tool output: state, not action,
+mask 0).
 
 Every per-token step is a numpy operation: at 512 responses of 1,024 tokens a Python loop over
 tokens costs seconds per iteration (benchmarks/per_token_overhead.py).
