@@ -77,7 +77,7 @@ breakage-check: setup
 	$(BIN)/python tests/breakage/run.py
 
 lint: setup
-	$(BIN)/ruff check rllib_llm envs tests examples benchmarks
+	$(BIN)/ruff check rllib_llm envs tests examples benchmarks scripts
 
 clean-venv:
 	rm -rf $(VENV)

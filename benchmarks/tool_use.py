@@ -9,9 +9,10 @@ Held-out accuracy (500 test problems, 4 samples each) is measured
 - with the tool: "math_tool", the env it trains on;
 - without it: "math_verify" over the same problems with the same checkpoint, where a tool call
   gets no answer (the model has to multiply by itself);
-before and after training, with the model's behaviour step by step (`pretrain.tool_use_rates`,
-one sample per problem: how often it calls the tool, calls it right, copies the output, and
-answers right when it answers at once), and seconds per iteration and per phase.
+before and after training, with the model's behaviour step by step (`tool_use_rates` of
+scripts/pretrain_embedded.py, one sample per problem: how often it calls the tool, calls it
+right, copies the output, and answers right when it answers at once), and seconds per iteration
+and per phase.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import ray
@@ -30,8 +33,10 @@ from rllib_llm.envs.sandbox import sandbox_report
 
 from rllib_llm import RLVRConfig
 from rllib_llm.models import load_tokenizer
-from rllib_llm.models.pretrain import tool_use_rates
 from rllib_llm.presets import EMBEDDED_TOOL_ENV, EMBEDDED_TOOL_TRAINING, embedded_tool_config
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from pretrain_embedded import tool_use_rates  # noqa: E402
 
 EVAL_PROBLEMS, EVAL_SAMPLES = 500, 4
 

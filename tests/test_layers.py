@@ -1,5 +1,6 @@
-"""Layers import only downward (docs/DESIGN.md, "Layers"): rollout and learning never import each
-other, and what both need lives in `rllib_llm.exchange`, which imports neither."""
+"""Layers import only downward (docs/DESIGN.md, "Layers"), checked for every module of every
+folder: core, models, envs, exchange, then rollout and learner side by side (never each other:
+what both need lives in `rllib_llm.exchange`), algorithm, and cli with the root modules on top."""
 
 from __future__ import annotations
 
@@ -8,17 +9,41 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).parent.parent / "rllib_llm"
+ROOT = Path(__file__).parent.parent
+PACKAGE = ROOT / "rllib_llm"
 
-# package -> rllib_llm packages its modules must not import (not even lazily inside a function).
-FORBIDDEN = {
-    "rollout": {"learner", "algorithm"},
-    "learner": {"rollout", "algorithm"},
-    "exchange": {"rollout", "learner", "algorithm"},
-}
-MODULES = sorted(p for name in FORBIDDEN for p in (PACKAGE / name).glob("*.py"))
+# The layers from the bottom up; a module may import its own layer's package and the layers
+# below it, except that the two of one rank (rollout, learner) never import each other, while
+# the top rank (cli and the root modules) may import each other.
+RANKS = [("core",), ("models",), ("envs",), ("exchange",), ("rollout", "learner"),
+         ("algorithm",), ("cli", "root")]
+RANK = {layer: i for i, rank in enumerate(RANKS) for layer in rank}
+TOP = RANKS[-1]
 
 
+def layer_of(name: str) -> str:
+    """The layer of an imported `rllib_llm.<name>`: a package folder, or else a root module (or
+    a name the package's __init__ exports)."""
+    return name if name in RANK else "root"
+
+
+def allowed(layer: str) -> set[str]:
+    """The layers a module of `layer` may import."""
+    below = {other for other, rank in RANK.items() if rank < RANK[layer]}
+    return below | ({*TOP} if layer in TOP else {layer})
+
+
+def module_paths() -> list[tuple[str, Path]]:
+    """(layer, path) of every module: each package folder of rllib_llm, the root modules, and
+    envs/ (installed as rllib_llm.envs)."""
+    found = [("envs", p) for p in sorted((ROOT / "envs").rglob("*.py"))]
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        found.append((rel.parts[0] if len(rel.parts) > 1 else "root", path))
+    return found
+
+
+MODULES = module_paths()
 def imported_packages(path: Path) -> set[str]:
     """The `rllib_llm.<package>` names a module imports, absolute or relative, at any depth."""
     package = path.parent.name
@@ -41,13 +66,20 @@ def imported_packages(path: Path) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("path", MODULES, ids=[f"{p.parent.name}/{p.name}" for p in MODULES])
-def test_module_imports_no_layer_beside_or_above_it(path):
-    crossing = imported_packages(path) & FORBIDDEN[path.parent.name]
+@pytest.mark.parametrize("layer,path", MODULES,
+                         ids=[str(p.relative_to(ROOT)) for _, p in MODULES])
+def test_module_imports_no_layer_beside_or_above_it(layer, path):
+    crossing = {layer_of(name) for name in imported_packages(path)} - allowed(layer)
     assert not crossing, (
-        f"rllib_llm/{path.parent.name}/{path.name} imports rllib_llm.{sorted(crossing)}; move "
-        "what both layers need to rllib_llm/exchange"
+        f"{path.relative_to(ROOT)} (layer {layer}) imports layer(s) {sorted(crossing)}, beside "
+        "or above it (docs/DESIGN.md, \"Layers\"); move what both need below both, e.g. to "
+        "rllib_llm/exchange"
     )
+
+
+def test_every_folder_is_a_layer():
+    folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders <= set(RANK), sorted(folders - set(RANK))
 
 
 def test_the_check_sees_every_kind_of_import(tmp_path):

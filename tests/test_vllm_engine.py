@@ -335,7 +335,7 @@ def ray_session():
 
 def embedded_model_or_skip() -> None:
     if not (EMBEDDED_DIR / "config.json").exists():
-        pytest.skip("the embedded checkpoint is not built (python -m rllib_llm.models.pretrain)")
+        pytest.skip("the embedded checkpoint is not built (python scripts/pretrain_embedded.py)")
 
 
 def vllm_config(variant: str, **overrides):

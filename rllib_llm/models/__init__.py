@@ -1,11 +1,11 @@
 """Loading causal LMs and tokenizers, and turning prompts into token ids.
 
-`"embedded"` names the tiny char-level Llama the project trains itself (`models/pretrain.py`) and
-ships in `models/embedded/`; `"embedded_tool"` the same model taught tool-use transcripts, the
-start of "math_tool" runs (`models/embedded_tool/`). Any other name goes to Hugging Face's
-`Auto*.from_pretrained` (a local directory, or a hub id on a machine that can reach the hub). All
-go through the same code path, so the embedded checkpoints exercise exactly what a user's model
-does.
+`"embedded"` names the tiny char-level Llama the project trains itself
+(`scripts/pretrain_embedded.py`) and ships in `models/embedded/`; `"embedded_tool"` the same
+model taught tool-use transcripts, the start of "math_tool" runs (`models/embedded_tool/`).
+Any other name goes to Hugging Face's `Auto*.from_pretrained` (a local directory, or a hub id on
+a machine that can reach the hub). All go through the same code path, so the embedded
+checkpoints exercise exactly what a user's model does.
 
 A name that is a local path is checked here first (`resolve_checkpoint`): a path that does not
 exist, or a directory without the files a checkpoint needs, fails at once with what is wrong,
@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 EMBEDDED = "embedded"
 EMBEDDED_DIR = Path(__file__).parent / "embedded"
 EMBEDDED_TOOL = "embedded_tool"
-# Name -> shipped checkpoint directory, each built by `models/pretrain.py` (see its README).
+# Name -> shipped checkpoint directory, each built by scripts/pretrain_embedded.py (see its
+# README).
 EMBEDDED_CHECKPOINTS = {EMBEDDED: EMBEDDED_DIR,
                         EMBEDDED_TOOL: Path(__file__).parent / "embedded_tool"}
 
@@ -186,7 +187,7 @@ def load_model(name_or_path: str = EMBEDDED, *, dtype: str = "float32") -> PreTr
     if shipped is not None and not (shipped / MODEL_CONFIG).exists():
         raise FileNotFoundError(
             f"the {name_or_path} checkpoint is missing from {shipped}; rebuild it with the "
-            f"command in {shipped.name}/README.md (`python -m rllib_llm.models.pretrain ...`)"
+            f"command in {shipped.name}/README.md (`python scripts/pretrain_embedded.py ...`)"
         )
     path = resolve_checkpoint(name_or_path, kind="model")  # fails fast, before the import
     from transformers import AutoModelForCausalLM

@@ -1,7 +1,10 @@
 """Build the embedded checkpoints: a short, seeded SFT of a fresh tiny Llama.
 
-    python -m rllib_llm.models.pretrain --out rllib_llm/models/embedded --steps N --seed 0
-    python -m rllib_llm.models.pretrain --task tool --out rllib_llm/models/embedded_tool ...
+    python scripts/pretrain_embedded.py --out rllib_llm/models/embedded --steps N --seed 0
+    python scripts/pretrain_embedded.py --task tool --out rllib_llm/models/embedded_tool ...
+
+A build script, kept out of the importable library: it reads the env layer's arithmetic problems,
+and the models layer the envs use must not import them back (docs/DESIGN.md, "Layers").
 
 `--task arithmetic` (the embedded default) teaches "a+b=" / "a-b=" answers; `--task tool`
 (`embedded_tool`) teaches tool-use transcripts of multiplication problems
@@ -25,9 +28,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from rllib_llm.envs.arithmetic import arithmetic_problems
 from transformers import LlamaForCausalLM, PreTrainedTokenizerBase
 
-from rllib_llm.envs.arithmetic import arithmetic_problems
 from rllib_llm.models import encode_prompt
 from rllib_llm.models.char_tokenizer import build_char_tokenizer
 from rllib_llm.models.tiny_llama import tiny_llama_config
