@@ -7,7 +7,13 @@ import re
 import pytest
 
 from rllib_llm import RLVRConfig
-from rllib_llm.algorithm.fields import FIELDS, SECTIONS, fields_by_section, reference_markdown
+from rllib_llm.algorithm.fields import (
+    FIELDS,
+    FIELDS_BY_NAME,
+    SECTIONS,
+    fields_by_section,
+    reference_markdown,
+)
 
 
 def config(**training):
@@ -236,3 +242,22 @@ def test_a_missing_model_path_fails_validation_at_once(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         config(model_name_or_path=str(tmp_path / "nope")).validate()
     assert time.perf_counter() - start < 5
+
+
+def test_every_variant_parameter_is_declared_once_with_its_signature_default():
+    """A pg variant's parameters are config fields of the same name (the learner matches them
+    by name), each with the variant function's own default: one value, not two that may drift."""
+    from rllib_llm import core
+
+    for variant in core.registered_names("pg_variant"):
+        for name, default in core.pg_variant_params(variant).items():
+            assert name in FIELDS_BY_NAME, (variant, name)
+            assert FIELDS_BY_NAME[name].default == default, (variant, name)
+
+
+def test_only_topr_splits_by_correct_among_the_built_in_variants():
+    from rllib_llm import core
+
+    splits = {v for v in core.registered_names("pg_variant")
+              if core.pg_variant_info(v).splits_by_correct}
+    assert splits == {"topr"}

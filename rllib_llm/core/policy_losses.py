@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 import torch
@@ -50,15 +51,39 @@ PgVariantFn = Callable[..., tuple[Tensor, dict[str, Tensor]]]
 PG_VARIANT_REGISTRY: Registry[PgVariantFn] = Registry("pg_variant", "register_pg_variant")
 
 
+@dataclass(frozen=True)
+class PgVariantInfo:
+    """What a policy-gradient variant declares when it is registered; the learner reads it.
+
+    Attributes:
+        splits_by_correct: it splits responses into positive and negative ones by its
+            ``scores``, which the learner then fills with the verifier's correct flag (1.0 or
+            0.0) rather than the scores themselves, so that a format bonus on a wrong answer
+            cannot make it "positive".
+    """
+
+    splits_by_correct: bool = False
+
+
 def register_pg_variant(
-    name: str, *, override: bool = False
+    name: str, *, splits_by_correct: bool = False, override: bool = False
 ) -> Callable[[PgVariantFn], PgVariantFn]:
     """Decorator adding a policy-gradient variant under ``name``.
 
     The function's keyword-only arguments other than ``scores`` are the variant's parameters,
     and their defaults are the defaults; ``policy_loss`` rejects any other parameter.
+    ``splits_by_correct`` declares how it reads ``scores`` (see ``PgVariantInfo``).
     """
-    return PG_VARIANT_REGISTRY.register(name, override=override)
+    if not isinstance(splits_by_correct, bool):
+        raise ValueError(f"register_pg_variant({name!r}) got splits_by_correct="
+                         f"{splits_by_correct!r}; pass True or False.")
+    return PG_VARIANT_REGISTRY.register(name, override=override,
+                                        info=PgVariantInfo(splits_by_correct))
+
+
+def pg_variant_info(name: str) -> PgVariantInfo:
+    """What the variant registered as ``name`` declared (``ValueError`` if unknown)."""
+    return PG_VARIANT_REGISTRY.info(name)
 
 
 def pg_variant_params(pg_variant: str) -> dict[str, Any]:
@@ -236,7 +261,7 @@ def tis_loss(
     return -weight * advantages * logp, {CLIPFRAC: (weight != ratio).to(logp.dtype)}
 
 
-@register_pg_variant("topr")
+@register_pg_variant("topr", splits_by_correct=True)
 def topr_loss(
     logp,
     old_logp,

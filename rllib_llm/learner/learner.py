@@ -63,10 +63,6 @@ VALUE_MEAN = "value_mean"
 RETURN_MEAN = "return_mean"  # of the critic's targets
 VALUE_MAE = "value_abs_error"  # mean |V - R|
 
-# pg variants that split responses into positive and negative ones: they get the verifier's
-# correct flag as their `scores` (1.0 or 0.0), so a format bonus on a wrong answer cannot make
-# it "positive". Other variants get the scores themselves.
-SPLITS_BY_CORRECT = frozenset({"topr"})
 _STATE_KEY = "rlvr_learner"  # our part of the learner's checkpoint
 
 
@@ -311,7 +307,10 @@ class RLVRLearner(TorchLearner):
         """The actor's loss on this micro-batch (the formula in the module docstring)."""
         logp, mask = fwd_out["logp"], batch["action_mask"]  # (B, T) each
         positive = _positive(batch)  # (B,)
-        scores = positive if cfg.pg_variant in SPLITS_BY_CORRECT else batch["scores"]
+        # A variant that splits by correctness gets the correct flag as its scores
+        # (core.PgVariantInfo); the others get the scores themselves.
+        splits = core.pg_variant_info(cfg.pg_variant).splits_by_correct
+        scores = positive if splits else batch["scores"]
         pg_tok, pg_metrics = core.policy_loss(
             cfg.pg_variant, logp, batch["old_logp"], batch["advantages"], mask,
             scores=scores, **self._pg_params,
