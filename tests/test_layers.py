@@ -93,3 +93,34 @@ def test_the_check_sees_every_kind_of_import(tmp_path):
         "def f():\n    from .engine import Response\n"
     )
     assert imported_packages(module) == {"learner", "algorithm", "exchange", "rollout"}
+
+
+def column_literals(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every string literal in a module that spells out a batch column or an
+    episode key of exchange/columns.py, outside docstrings and UPPER_CASE constant definitions."""
+    from rllib_llm.exchange import columns
+
+    names = {v for k, v in vars(columns).items() if k.isupper() and isinstance(v, str)}
+    tree = ast.parse(path.read_text())
+    skip = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and \
+                isinstance(body[0].value, ast.Constant):
+            skip.add(id(body[0].value))  # a docstring
+        if isinstance(node, ast.Assign) and all(
+                isinstance(t, ast.Name) and t.id.isupper() for t in node.targets):
+            skip |= {id(n) for n in ast.walk(node.value)}  # NAME = "..." defines a constant
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and node.value in names and id(node) not in skip]
+
+
+CONTRACT_USERS = [p for layer, p in MODULES if layer in ("rollout", "learner")]
+
+
+@pytest.mark.parametrize("path", CONTRACT_USERS,
+                         ids=[str(p.relative_to(ROOT)) for p in CONTRACT_USERS])
+def test_batch_columns_are_named_by_the_contract_not_spelled_out(path):
+    """One batch contract (rllib_llm/exchange/columns.py): rollout and learner modules use its
+    names, never the strings, so a renamed column cannot leave a reader behind."""
+    assert not column_literals(path), column_literals(path)

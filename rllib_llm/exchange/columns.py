@@ -1,14 +1,34 @@
-"""Column names rollout and learning share: the env runner writes them into episodes, the learner
-connector reads them back, and the learner reads the batch columns built from them."""
+"""The batch contract: every column name rollout and learning share. The env runner writes the
+episode data into episodes, the learner connector reads them back and builds the learner batch,
+and the learner and its RLModule read the batch's columns: all by these names, none spelled out
+elsewhere. (The env's own reset and step info keys are `envs.token_mdp`'s, re-exported here.)"""
 
 from __future__ import annotations
+
+from rllib_llm.envs.token_mdp import ENV_TOKENS, PROMPT_IDS, PROMPT_INDEX
+
+__all__ = ["ENV_TOKENS", "PROMPT_IDS", "PROMPT_INDEX"]  # (re-exported: the env's info keys)
 
 # Episode data the env runner adds to what the environment returns.
 GROUP_ID = "group_id"  # reset info: one id shared by the responses to the same prompt
 ACTION_LOGP = "action_logp"  # extra model output, (T,) float32: the sampler's log-prob per action
 WEIGHT_VERSION = "weight_version"  # extra model output, (T,) int64: the weights that sampled it
 
-# Learner batch columns.
+# Learner batch columns: B responses, each a left-padded prompt of P tokens then a right-padded
+# response of T tokens (learner/packing.py).
+INPUT_IDS = "input_ids"  # (B, P + T) int64: prompt and response tokens
+ATTENTION_MASK = "attention_mask"  # (B, P + T) int64: 1 on real tokens
+RESPONSE_IDS = "response_ids"  # (B, T) int64: the response tokens (agent and env)
+ACTION_MASK = "action_mask"  # (B, T) float32: 1 on the agent's tokens, 0 on padding/env tokens
+OLD_LOGP = "old_logp"  # (B, T) float32: log pi_old (the sampler's, or recomputed)
+ROLLOUT_LOGP = "rollout_logp"  # (B, T) float32: the sampler's own, when old_logp is recomputed
+REF_LOGP = "ref_logp"  # (B, T) float32: the reference model's (a KL term)
+SCORES = "scores"  # (B,) float32: each episode's final reward
+ADVANTAGES = "advantages"  # (B, T) float32
+VALUES = "values"  # (B, T) float32: the critic's V_old at rollout time (adv_estimator='gae')
+RETURNS = "returns"  # (B, T) float32: GAE's returns, the critic's targets
+MC_RETURNS = "mc_returns"  # (B, T) float32: Monte-Carlo returns, value pretraining's targets
+VALUE_TARGETS = "value_targets"  # (B, T) float32: RETURNS or MC_RETURNS, whichever trains now
 CORRECT = "correct"  # (B,) float32, 1.0 where the response is correct (token_mdp.is_correct)
 # (B, T) float32: rewards a multi-turn env paid before an episode's last step, on the agent token
 # they came with; present only when some episode has them (core.compute_advantages' turn_rewards).

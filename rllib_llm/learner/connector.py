@@ -16,7 +16,18 @@ from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core import DEFAULT_MODULE_ID
 
 from rllib_llm import core
-from rllib_llm.exchange.columns import TURN_REWARDS
+from rllib_llm.exchange.columns import (
+    ACTION_MASK,
+    ADVANTAGES,
+    MC_RETURNS,
+    OLD_LOGP,
+    REF_LOGP,
+    RETURNS,
+    ROLLOUT_LOGP,
+    SCORES,
+    TURN_REWARDS,
+    VALUES,
+)
 from rllib_llm.learner.data_parallel import score_rows
 from rllib_llm.learner.packing import pack_episodes
 
@@ -55,12 +66,12 @@ class PackAndComputeAdvantages(ConnectorV2):
         cfg = self.cfg
         module = rl_module[DEFAULT_MODULE_ID].unwrapped()  # not DDP's wrapper: it only scores
         data = pack_episodes(episodes, cfg.num_return_sequences_in_group, self.pad_token_id)
-        mask = data["action_mask"]
+        mask = data[ACTION_MASK]
         if cfg.recomputes_old_logp:
             self._recompute_old_logp(module, data, metrics)
         self._log(metrics, OLD_LOGP_RECOMPUTED, float(cfg.recomputes_old_logp))
         if module.has_reference:
-            data["ref_logp"] = self._score(lambda rows: module.score_tokens(
+            data[REF_LOGP] = self._score(lambda rows: module.score_tokens(
                 rows, reference=True), data)
         values = None
         if module.has_critic:  # V_old: the critic's values at rollout time (adv_estimator gae)
@@ -68,12 +79,12 @@ class PackAndComputeAdvantages(ConnectorV2):
         token_kl = None
         if cfg.add_token_level_kl:
             # KL of the behaviour policy to the reference, charged in the reward (REINFORCE++).
-            token_kl = core.kl_estimate(data["old_logp"], data["ref_logp"], cfg.kl_penalty) * mask
+            token_kl = core.kl_estimate(data[OLD_LOGP], data[REF_LOGP], cfg.kl_penalty) * mask
             mean_kl = (token_kl.sum() / mask.sum().clamp(min=1)).item()
             self._log(metrics, KL_IN_REWARD, mean_kl)
             self._log(metrics, KL_COEF, self.kl_controller.value)
         advantages, returns, token_rewards = core.compute_advantages(
-            data["scores"], mask,
+            data[SCORES], mask,
             adv_estimator=cfg.adv_estimator,
             group_size=cfg.num_return_sequences_in_group,
             gamma=cfg.gamma,
@@ -93,14 +104,14 @@ class PackAndComputeAdvantages(ConnectorV2):
         )
         if token_kl is not None:
             self.kl_controller.update(mean_kl, len(episodes))
-        data["advantages"] = advantages.float()
+        data[ADVANTAGES] = advantages.float()
         if values is not None:
-            data["values"] = values
-            data["returns"] = returns.float()  # GAE's returns, with critic_lambd if set
+            data[VALUES] = values
+            data[RETURNS] = returns.float()  # GAE's returns, with critic_lambd if set
             # Value pretraining's targets: Monte-Carlo returns (GAE's with lambda = 1).
-            data["mc_returns"] = core.discounted_returns(token_rewards, mask,
+            data[MC_RETURNS] = core.discounted_returns(token_rewards, mask,
                                                          gamma=cfg.gamma).float()
-        self._log(metrics, SCORE_MEAN, data["scores"].mean().item())
+        self._log(metrics, SCORE_MEAN, data[SCORES].mean().item())
         n = mask.sum().clamp(min=1)
         self._log(metrics, ADVANTAGE_MEAN, ((advantages * mask).sum() / n).item())
         self._log(metrics, ADVANTAGE_ABS_MEAN, ((advantages.abs() * mask).sum() / n).item())
@@ -115,12 +126,12 @@ class PackAndComputeAdvantages(ConnectorV2):
         sampler's are kept as `rollout_logp` for the rollout importance weights and the logged
         mismatch (docs/DESIGN.md, "Learner details that bite").
         """
-        mask = data["action_mask"]
-        data["rollout_logp"] = data["old_logp"]
+        mask = data[ACTION_MASK]
+        data[ROLLOUT_LOGP] = data[OLD_LOGP]
         old_logp = self._score(lambda rows: module.score_tokens(rows, reference=False), data)
         old_logp = old_logp.to(mask.device).float()  # (B, T)
-        data["old_logp"] = torch.where(mask.bool(), old_logp, torch.zeros_like(old_logp))
-        mismatch = core.rollout_mismatch_kl(data["old_logp"], data["rollout_logp"], mask)
+        data[OLD_LOGP] = torch.where(mask.bool(), old_logp, torch.zeros_like(old_logp))
+        mismatch = core.rollout_mismatch_kl(data[OLD_LOGP], data[ROLLOUT_LOGP], mask)
         for name, value in mismatch.items():
             self._log(metrics, name, value.item())
 

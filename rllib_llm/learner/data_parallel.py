@@ -23,6 +23,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
+from rllib_llm.exchange.columns import ACTION_MASK
 from rllib_llm.learner.step_metrics import extreme
 
 
@@ -53,7 +54,7 @@ def score_rows(fn: Callable[[dict[str, torch.Tensor]], torch.Tensor],
     rank, world = rank_and_world()
     if world == 1:
         return fn(data)
-    n = data["action_mask"].shape[0]
+    n = data[ACTION_MASK].shape[0]
     rows = rank_rows(torch.arange(n), group_size=group_size, rank=rank, world=world)
     part = fn({k: v[rows.to(v.device)] for k, v in data.items()
                if isinstance(v, torch.Tensor) and v.shape[:1] == (n,)})

@@ -33,7 +33,20 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 
 from rllib_llm import core
-from rllib_llm.exchange.columns import CORRECT
+from rllib_llm.exchange.columns import (
+    ACTION_MASK,
+    ADVANTAGES,
+    ATTENTION_MASK,
+    CORRECT,
+    MC_RETURNS,
+    OLD_LOGP,
+    REF_LOGP,
+    RETURNS,
+    ROLLOUT_LOGP,
+    SCORES,
+    VALUE_TARGETS,
+    VALUES,
+)
 from rllib_llm.exchange.devices import IS_GPU, announce, is_gpu, module_device, require_visible_gpu
 from rllib_llm.exchange.threads import set_torch_threads
 from rllib_llm.learner import data_parallel, micro_batches
@@ -141,11 +154,10 @@ class RLVRLearner(TorchLearner):
             self._value_pretrain_done < cfg.value_pretrain_steps
         if self._has_critic:
             # Value pretraining fits Monte-Carlo returns (VC-PPO); then GAE's returns.
-            data = {**data, "value_targets": data["mc_returns" if self._pretraining
-                                                  else "returns"]}
+            data = {**data, VALUE_TARGETS: data[MC_RETURNS if self._pretraining else RETURNS]}
             self._log_critic_batch_metrics(data)
         steps = minibatch_rows(
-            data["action_mask"].shape[0], group_size=cfg.num_return_sequences_in_group,
+            data[ACTION_MASK].shape[0], group_size=cfg.num_return_sequences_in_group,
             mini_batch_size=cfg.mini_batch_size, num_epochs=cfg.ppo_epochs,
             generator=self._shuffle if cfg.shuffle_batch_per_epoch else None,
         )
@@ -163,7 +175,7 @@ class RLVRLearner(TorchLearner):
                                    float(self._pretraining), window=1)
             self._value_pretrain_done += int(self._pretraining)
         seconds = time.perf_counter() - start
-        tokens = float(data["attention_mask"].sum()) * cfg.ppo_epochs
+        tokens = float(data[ATTENTION_MASK].sum()) * cfg.ppo_epochs
         self.metrics.log_value((DEFAULT_MODULE_ID, TOKENS_PER_S), tokens / seconds, window=1)
         loss = torch.tensor(merged.get(TOTAL_LOSS, float("nan")))
         return {}, {DEFAULT_MODULE_ID: loss}, {}
@@ -176,7 +188,7 @@ class RLVRLearner(TorchLearner):
         """
         cfg = self.config
         # The normalisers are the whole mini-batch's, on every data-parallel rank.
-        mask = mini["action_mask"]
+        mask = mini[ACTION_MASK]
         self._counts = core.agg_counts(mask)
         positive = _positive(mini)[:, None]  # (B, 1)
         self._term_counts = {
@@ -271,7 +283,7 @@ class RLVRLearner(TorchLearner):
     # --- the loss of one micro-batch ------------------------------------------------------------
     def compute_loss_for_module(self, *, module_id, config, batch, fwd_out) -> torch.Tensor:
         cfg = config
-        mask = batch["action_mask"]  # (B, T)
+        mask = batch[ACTION_MASK]  # (B, T)
         counts = self._counts or core.agg_counts(mask)
         metrics = self._step_metrics if self._step_metrics is not None else StepMetrics()
         share = _token_share(mask, counts)  # this micro-batch's share of the mini-batch tokens
@@ -284,8 +296,8 @@ class RLVRLearner(TorchLearner):
                                  num_seqs=counts.num_seqs)
 
         value_term = 0.0
-        if "values" in fwd_out:
-            value_term = self._value_loss(fwd_out["values"], batch, agg, metrics, share)
+        if VALUES in fwd_out:
+            value_term = self._value_loss(fwd_out[VALUES], batch, agg, metrics, share)
         if self._pretraining:
             return value_term
         return self._actor_loss(cfg, fwd_out, batch, agg, metrics, share) + \
@@ -293,8 +305,8 @@ class RLVRLearner(TorchLearner):
 
     def _value_loss(self, values, batch, agg, metrics: StepMetrics, share: float):
         """The critic's loss on this micro-batch: agg(½·max((V − R)², (V_clip − R)²))."""
-        cfg, mask = self.config, batch["action_mask"]
-        old, targets = batch["values"], batch["value_targets"]
+        cfg, mask = self.config, batch[ACTION_MASK]
+        old, targets = batch[VALUES], batch[VALUE_TARGETS]
         loss = agg(core.value_loss_per_token(values, old, targets, mask,
                                              value_clip=cfg.value_clip))
         metrics.add_sum(VALUE_LOSS, float(loss.detach()))
@@ -305,20 +317,20 @@ class RLVRLearner(TorchLearner):
 
     def _actor_loss(self, cfg, fwd_out, batch, agg, metrics: StepMetrics, share: float):
         """The actor's loss on this micro-batch (the formula in the module docstring)."""
-        logp, mask = fwd_out["logp"], batch["action_mask"]  # (B, T) each
+        logp, mask = fwd_out["logp"], batch[ACTION_MASK]  # (B, T) each
         positive = _positive(batch)  # (B,)
         # A variant that splits by correctness gets the correct flag as its scores
         # (core.PgVariantInfo); the others get the scores themselves.
         splits = core.pg_variant_info(cfg.pg_variant).splits_by_correct
-        scores = positive if splits else batch["scores"]
+        scores = positive if splits else batch[SCORES]
         pg_tok, pg_metrics = core.policy_loss(
-            cfg.pg_variant, logp, batch["old_logp"], batch["advantages"], mask,
+            cfg.pg_variant, logp, batch[OLD_LOGP], batch[ADVANTAGES], mask,
             scores=scores, **self._pg_params,
         )
         if cfg.rollout_is_level is not None:
             # Train/inference mismatch correction (core/rollout_correction.py).
             is_weights, is_metrics = core.rollout_is_weights(
-                batch["old_logp"], batch["rollout_logp"], mask,
+                batch[OLD_LOGP], batch[ROLLOUT_LOGP], mask,
                 level=cfg.rollout_is_level, threshold=cfg.rollout_is_threshold,
             )
             pg_tok = pg_tok * is_weights
@@ -326,7 +338,7 @@ class RLVRLearner(TorchLearner):
         pg_loss = agg(pg_tok)
         loss = pg_loss
         if cfg.use_kl_loss:
-            kl = agg(core.kl_estimate(logp, batch["ref_logp"], cfg.kl_loss_kind))
+            kl = agg(core.kl_estimate(logp, batch[REF_LOGP], cfg.kl_loss_kind))
             loss = loss + cfg.kl_loss_coef * kl
             metrics.add_sum(KL_LOSS, float(kl.detach()))
         loss = cfg.rl_loss_coef * loss
@@ -340,7 +352,7 @@ class RLVRLearner(TorchLearner):
             metrics.add_sum(POSITIVE_NLL, float(nll.detach()))
         if cfg.positive_loss_coef or cfg.use_topr_neg_loss_coef:
             pos_tok, pos_mask, neg_tok, neg_mask = core.roll_topr_terms(
-                logp, batch["old_logp"], batch["advantages"], mask, positive)
+                logp, batch[OLD_LOGP], batch[ADVANTAGES], mask, positive)
             pos = agg(pos_tok, pos_mask, self._term_counts.get("positive"))
             neg = agg(neg_tok, neg_mask, self._term_counts.get("negative"))
             loss = loss + cfg.positive_loss_coef * pos + cfg.use_topr_neg_loss_coef * neg
@@ -354,8 +366,8 @@ class RLVRLearner(TorchLearner):
 
     def _log_critic_batch_metrics(self, data: dict[str, torch.Tensor]) -> None:
         """How well the rollout-time values V_old predict this iteration's targets."""
-        mask = data["action_mask"]
-        values, targets = data["values"], data["value_targets"]
+        mask = data[ACTION_MASK]
+        values, targets = data[VALUES], data[VALUE_TARGETS]
         n = mask.sum().clamp(min=1)
         for name, value in (
             (EXPLAINED_VARIANCE, core.explained_variance(values, targets, mask)),
@@ -423,7 +435,7 @@ def _positive(batch: dict[str, torch.Tensor]) -> torch.Tensor:
     score > 0 where an env gives none; exchange/columns.py), else score > 0."""
     if CORRECT in batch:
         return batch[CORRECT].float()
-    return (batch["scores"] > 0).float()
+    return (batch[SCORES] > 0).float()
 
 
 def _token_share(mask: torch.Tensor, counts: core.AggCounts) -> float:

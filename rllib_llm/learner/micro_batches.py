@@ -24,14 +24,15 @@ from collections.abc import Callable
 
 import torch
 
+from rllib_llm.exchange.columns import ATTENTION_MASK, RESPONSE_IDS
 from rllib_llm.learner import data_parallel
 
 
 def row_lengths(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, int]:
     """(prompt lengths (B,), response lengths (B,), P): real tokens of each row's left-padded
     prompt and right-padded response in `input_ids` (B, P + T), and the prompt width P."""
-    t = batch["response_ids"].shape[1]
-    attention = batch["attention_mask"]
+    t = batch[RESPONSE_IDS].shape[1]
+    attention = batch[ATTENTION_MASK]
     p = attention.shape[1] - t
     return attention[:, :p].sum(1).cpu(), attention[:, p:].sum(1).cpu(), p
 
@@ -98,7 +99,7 @@ def take(batch: dict[str, torch.Tensor], rows: torch.Tensor, prompt_lens: torch.
     (B, P + T) tensors keep columns P - P' .. P + T', (B, T) tensors the first T', per-row
     tensors their rows; P' and T' are the micro-batch's longest prompt and response.
     """
-    t = batch["response_ids"].shape[1]
+    t = batch[RESPONSE_IDS].shape[1]
     keep_p = int(prompt_lens[rows].max())
     keep_t = max(1, int(response_lens[rows].max()))
     out = {}
@@ -132,7 +133,7 @@ def map_rows(fn: Callable[[dict[str, torch.Tensor]], torch.Tensor],
     batch's row order, zeros past each micro-batch's cut. `fn` maps a micro-batch to (rows, T')
     values."""
     prompt_lens, response_lens, p = row_lengths(batch)
-    b, t = batch["response_ids"].shape
+    b, t = batch[RESPONSE_IDS].shape
     out = None
     for rows in plan_on_every_rank(prompt_lens, response_lens, max_tokens=max_tokens,
                                    max_rows=max_rows):

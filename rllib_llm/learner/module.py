@@ -18,6 +18,7 @@ import torch
 from ray.rllib.core.rl_module.apis import InferenceOnlyAPI, ValueFunctionAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
+from rllib_llm.exchange.columns import ATTENTION_MASK, INPUT_IDS, RESPONSE_IDS, VALUES
 from rllib_llm.learner import micro_batches
 from rllib_llm.learner.tensor_state import TensorState
 from rllib_llm.learner.token_logp import head_token_logp_and_entropy, token_logp_and_entropy
@@ -142,7 +143,7 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
 
     def _forward(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
         """Next-token logits after each sequence: {"action_dist_inputs": (B, V)}."""
-        logits = response_logits(self.model, batch["input_ids"], batch["attention_mask"], 1)
+        logits = response_logits(self.model, batch[INPUT_IDS], batch[ATTENTION_MASK], 1)
         return {"action_dist_inputs": logits[:, -1] / self.temperature}
 
     def _forward_train(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
@@ -157,9 +158,9 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
             # One trunk pass serves both heads: the policy's (its LM head on the last hidden
             # states, as the causal LM computes its logits) and the values.
             hidden = self._trunk_hidden(batch)  # (B, L, H)
-            out["values"] = response_values(self.value_head, hidden, batch["response_ids"].shape[1])
+            out[VALUES] = response_values(self.value_head, hidden, batch[RESPONSE_IDS].shape[1])
         elif self.has_critic:
-            out["values"] = self.compute_values(batch)
+            out[VALUES] = self.compute_values(batch)
         out["logp"], out["entropy"] = self._token_logp(self.model, batch, hidden,
                                                        entropy_grad=self.entropy_grad)
         return out
@@ -169,14 +170,14 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
         """log pi and the entropy (B, T) of the response tokens under `model`, from its trunk's
         last hidden states (B, L, H) where given or fused kernels need them, else from its
         logits."""
-        tokens = batch["response_ids"]  # (B, T)
+        tokens = batch[RESPONSE_IDS]  # (B, T)
         t = tokens.shape[1]
         if self.fused_kernels and hidden is None:
-            hidden = last_hidden_state(model.base_model, batch["input_ids"],
-                                       batch["attention_mask"],
-                                       position_ids_for(batch["attention_mask"]))
+            hidden = last_hidden_state(model.base_model, batch[INPUT_IDS],
+                                       batch[ATTENTION_MASK],
+                                       position_ids_for(batch[ATTENTION_MASK]))
         if hidden is None:
-            logits = response_logits(model, batch["input_ids"], batch["attention_mask"], t)
+            logits = response_logits(model, batch[INPUT_IDS], batch[ATTENTION_MASK], t)
         elif self.fused_kernels:
             return head_token_logp_and_entropy(hidden[:, -(t + 1) : -1],
                                                model.get_output_embeddings(), tokens,
@@ -193,17 +194,17 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
                 "RLVRModule has no critic: it is built for adv_estimator='gae' on learners "
                 "(env runners never hold one)."
             )
-        t = batch["response_ids"].shape[1]
+        t = batch[RESPONSE_IDS].shape[1]
         if hasattr(self, VALUE_HEAD):
             return response_values(self.value_head, self._trunk_hidden(batch), t)
-        return self.critic(batch["input_ids"], batch["attention_mask"], t,
-                           position_ids_for(batch["attention_mask"]))
+        return self.critic(batch[INPUT_IDS], batch[ATTENTION_MASK], t,
+                           position_ids_for(batch[ATTENTION_MASK]))
 
     def _trunk_hidden(self, batch: dict[str, Any]) -> torch.Tensor:
         """The policy trunk's last hidden states (B, L, H) of the packed rows."""
-        return last_hidden_state(self.model.base_model, batch["input_ids"],
-                                 batch["attention_mask"],
-                                 position_ids_for(batch["attention_mask"]))
+        return last_hidden_state(self.model.base_model, batch[INPUT_IDS],
+                                 batch[ATTENTION_MASK],
+                                 position_ids_for(batch[ATTENTION_MASK]))
 
     @torch.no_grad()
     def score_values(self, batch: dict[str, Any]) -> torch.Tensor:
@@ -218,7 +219,7 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
         was_training = model.training
         model.eval()
         try:
-            keys = ("input_ids", "attention_mask", "response_ids")
+            keys = (INPUT_IDS, ATTENTION_MASK, RESPONSE_IDS)
             return micro_batches.map_rows(
                 lambda rows: self._in_forward(lambda: fn(rows)), {k: batch[k] for k in keys},
                 max_tokens=self.micro_batch_tokens, max_rows=self.micro_batch_rows)

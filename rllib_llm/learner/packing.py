@@ -18,8 +18,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from rllib_llm.envs.token_mdp import EMPTY_INFO, ENV_TOKENS, PROMPT_IDS, is_correct
-from rllib_llm.exchange.columns import ACTION_LOGP, CORRECT, GROUP_ID, TURN_REWARDS
+from rllib_llm.envs.token_mdp import EMPTY_INFO, is_correct
+from rllib_llm.exchange.columns import (
+    ACTION_LOGP,
+    ACTION_MASK,
+    ATTENTION_MASK,
+    CORRECT,
+    ENV_TOKENS,
+    GROUP_ID,
+    INPUT_IDS,
+    OLD_LOGP,
+    PROMPT_IDS,
+    RESPONSE_IDS,
+    SCORES,
+    TURN_REWARDS,
+)
 
 
 @dataclass
@@ -136,12 +149,12 @@ def pack(items: Sequence[EpisodeTokens], pad_token_id: int) -> dict[str, torch.T
         action_mask[i, :lr] = e.action_mask
         old_logp[i, :lr] = e.behaviour_logp
     batch = {
-        "input_ids": torch.from_numpy(input_ids),
-        "attention_mask": torch.from_numpy(attention),
-        "response_ids": torch.from_numpy(input_ids[:, p:].copy()),
-        "action_mask": torch.from_numpy(action_mask),
-        "old_logp": torch.from_numpy(old_logp),
-        "scores": torch.tensor([e.score for e in items], dtype=torch.float32),
+        INPUT_IDS: torch.from_numpy(input_ids),
+        ATTENTION_MASK: torch.from_numpy(attention),
+        RESPONSE_IDS: torch.from_numpy(input_ids[:, p:].copy()),
+        ACTION_MASK: torch.from_numpy(action_mask),
+        OLD_LOGP: torch.from_numpy(old_logp),
+        SCORES: torch.tensor([e.score for e in items], dtype=torch.float32),
         CORRECT: torch.tensor([e.correct for e in items], dtype=torch.float32),
     }
     if any(e.turn_rewards is not None for e in items):

@@ -31,6 +31,7 @@ from ray.rllib.utils.framework import get_device
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_NO
 
 from rllib_llm.envs.token_mdp import is_correct
+from rllib_llm.exchange.columns import PROMPT_IDS, PROMPT_INDEX
 from rllib_llm.exchange.devices import IS_GPU, announce, is_gpu, module_device, require_visible_gpu
 from rllib_llm.exchange.threads import set_torch_threads
 from rllib_llm.rollout.engine import SamplingParams
@@ -264,12 +265,12 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         n = self.config.num_return_sequences_in_group
         prompts = [self.env.reset() for _ in range(num_prompts)]  # (obs, info) per prompt
         if getattr(self.env, "multi_turn", False):
-            return self._sample_multi_turn([info["prompt_index"] for _, info in prompts], n)
+            return self._sample_multi_turn([info[PROMPT_INDEX] for _, info in prompts], n)
         t0 = time.perf_counter()
-        responses = self.engine.generate([info["prompt_ids"] for _, info in prompts], n,
+        responses = self.engine.generate([info[PROMPT_IDS] for _, info in prompts], n,
                                          self._sampling())
         t1 = time.perf_counter()
-        episodes = self._episodes(self.env, [info["prompt_index"] for _, info in prompts],
+        episodes = self._episodes(self.env, [info[PROMPT_INDEX] for _, info in prompts],
                                   responses)
         t2 = time.perf_counter()
         self._log_sample_metrics(episodes, t1 - t0, t2 - t1)

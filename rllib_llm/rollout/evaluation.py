@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rllib_llm.envs.token_mdp import PROMPT_IDS, is_correct
+from rllib_llm.envs.token_mdp import is_correct
+from rllib_llm.exchange.columns import PROMPT_IDS, PROMPT_INDEX
 from rllib_llm.rollout.engine import SamplingParams
 from rllib_llm.rollout.multi_turn import run_multi_turn
 
@@ -48,7 +49,7 @@ def score_held_out(env, engine, indices: list[int], samples_per_problem: int,
     k = samples_per_problem
     if not indices:
         return EvalShard([], [], k, 0, num_problems)
-    prompts = [env.reset(options={"prompt_index": i})[1][PROMPT_IDS] for i in indices]
+    prompts = [env.reset(options={PROMPT_INDEX: i})[1][PROMPT_IDS] for i in indices]
     responses = engine.generate(prompts, k, sampling)  # one list of k responses per problem
     tokens = [r.token_ids for group in responses for r in group]  # problem-major, (P * k)
     verdicts = env.verify_responses([i for i in indices for _ in range(k)], tokens)

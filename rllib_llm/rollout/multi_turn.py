@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
-from rllib_llm.exchange.columns import ACTION_LOGP, GROUP_ID, WEIGHT_VERSION
+from rllib_llm.exchange.columns import ACTION_LOGP, GROUP_ID, PROMPT_INDEX, WEIGHT_VERSION
 from rllib_llm.rollout.engine import Response, SamplingParams
 
 MAX_TOOL_THREADS = 64  # envs stepped at once; tool calls beyond it wait for a free thread
@@ -64,7 +64,7 @@ def run_multi_turn(envs: list[Any], engine, prompt_indices: list[int], n: int,
     for g, index in enumerate(prompt_indices):
         for j in range(n):
             env = envs[g * n + j]
-            obs, info = env.reset(options={"prompt_index": index})
+            obs, info = env.reset(options={PROMPT_INDEX: index})
             episodes.append(_Episode(env, obs, info))
     if not episodes:
         return []

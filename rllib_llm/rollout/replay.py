@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
-from rllib_llm.exchange.columns import ACTION_LOGP, GROUP_ID, WEIGHT_VERSION
+from rllib_llm.exchange.columns import ACTION_LOGP, GROUP_ID, PROMPT_INDEX, WEIGHT_VERSION
 from rllib_llm.rollout.engine import Response
 
 
@@ -24,7 +24,7 @@ def replay_response(env: Any, prompt_index: int, response: Response, *, group_id
     """Step `env` through `response` (k tokens) from problem `prompt_index`; the finished episode.
 
     Args:
-        env: a token-level environment with `reset(options={"prompt_index": i})` and
+        env: a token-level environment with `reset(options={PROMPT_INDEX: i})` and
             `step_chunk(tokens, verification=...)` (e.g. `MathVerifyEnv`).
         response: the engine's tokens and behaviour log-probs; the env rejects tokens past the
             episode's end (ValueError).
@@ -36,7 +36,7 @@ def replay_response(env: Any, prompt_index: int, response: Response, *, group_id
         An episode of k steps: observations (k+1,) int64, actions (k,) int64, rewards (k,)
         float64, extra model outputs `ACTION_LOGP` (k,) float32 and `WEIGHT_VERSION` (k,) int64.
     """
-    obs, info = env.reset(options={"prompt_index": prompt_index})
+    obs, info = env.reset(options={PROMPT_INDEX: prompt_index})
     result = env.step_chunk(response.token_ids, verification=verification)
     k = len(result.actions)
     return SingleAgentEpisode(
