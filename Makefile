@@ -59,7 +59,7 @@ demo: setup $(if $(filter vllm,$(ENGINE)),setup-vllm)
 # learning test, every file in examples/ with a short budget, and the wheel installed outside the
 # repo. TEST_WORKERS pytest processes (pytest-xdist) share the tests out: a learning test is one
 # single-threaded process, so on 2 cores two run side by side; worksteal evens out the long tests.
-# Measured on 2 cores: 27.5 minutes for 1,361 tests (2026-11-26, with several learners, DeepSpeed
+# Measured on 2 cores: 26.8 minutes for 1,462 tests (2026-11-26, with several learners, DeepSpeed
 # ZeRO-2 and ZeRO-3, and LoRA). All of .ci/run from a fresh clone (set-up, make test, make
 # test-vllm): 35.6 minutes.
 # `make test-vllm` runs the tests marked vllm, one at a time (vLLM spawns engine processes).
