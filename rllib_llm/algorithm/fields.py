@@ -322,7 +322,8 @@ FIELDS: tuple[Field, ...] = (
           "seq-mean-token-mean, seq-mean-token-sum-norm (Dr. GRPO).",
           one_of(_core_names("loss_agg_mode")), "loss"),
     Field("loss_agg_norm_length", None,
-          "norm_length of seq-mean-token-sum-norm; None = the padded response length T.",
+          "norm_length of seq-mean-token-sum-norm (Dr. GRPO's constant); None = "
+          "response_length, the same in every batch.",
           optional(positive_int), "loss"),
     Field("pg_clip", 0.2, "PPO/GSPO ratio clip epsilon.", positive, "loss"),
     Field("pg_clip_low", None, "Lower clip epsilon; None = pg_clip.", optional(positive), "loss"),

@@ -1,5 +1,5 @@
 """The advantage pipeline of docs/ALGORITHMS.md, "Rewards and advantages", steps 1–6, as one
-pure function the learner connector calls once per mini-batch:
+pure function the learner connector calls once per iteration, on the whole rollout batch:
 
     scores [B] ─ 1 clip ─ 2 normalise ─ on the last mask token ─ 3 − β·KL per token
         (+ turn rewards) ─ 4 estimator (``adv_estimator``) ─ 5 whiten ─ 6 clip ─> advantages [B, T]
