@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from engine_throughput import run_child  # noqa: E402
+from engine_throughput import reset_peak_rss, rss_mib, run_child  # noqa: E402
 
 PROMPT_LEN = 8
 
@@ -47,17 +47,11 @@ def peak_extra_mib(args: argparse.Namespace) -> dict:
                                 max_tokens_per_batch=budget)
     engine.generate(prompts[:2], 2, SamplingParams(max_tokens=8, seed=0))  # warm-up
 
-    def status_kib(field: str) -> int:
-        text = Path("/proc/self/status").read_text()
-        return int(next(line for line in text.splitlines() if line.startswith(field + ":"))
-                   .split()[1])
-
-    Path("/proc/self/clear_refs").write_text("5")  # reset the peak RSS (VmHWM) to the RSS
-    before = status_kib("VmRSS")
+    before = reset_peak_rss()
     out = engine.generate(prompts, args.group, SamplingParams(max_tokens=args.tokens, seed=1))
     assert all(len(r.token_ids) == args.tokens for group in out for r in group)
     config = model.config
-    return {"peak_mib": (status_kib("VmHWM") - before) / 1024, "layers":
+    return {"peak_mib": rss_mib("VmHWM") - before, "layers":
             config.num_hidden_layers, "kv_heads": config.num_key_value_heads,
             "head_dim": config.head_dim, "vocab": vocab}
 

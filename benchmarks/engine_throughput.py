@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -108,6 +109,19 @@ def run_pair(args: argparse.Namespace, model: str, path: str, engine: str) -> di
            "--prompts", str(args.prompts), "--group", str(args.group), "--tokens",
            str(args.tokens), "--repeats", str(args.repeats), "--dtype", args.dtype]
     return run_child(cmd)
+
+
+def rss_mib(field: str) -> float:
+    """VmRSS or VmHWM (the peak since the last `reset_peak_rss`) of this process, MiB."""
+    status = Path("/proc/self/status").read_text()
+    return int(re.search(rf"{field}:\s+(\d+)", status).group(1)) / 1024
+
+
+def reset_peak_rss() -> float:
+    """Reset this process's peak RSS (VmHWM) to its current RSS (Linux); returns that RSS, MiB:
+    what a call's peak is measured above."""
+    Path("/proc/self/clear_refs").write_text("5")
+    return rss_mib("VmRSS")
 
 
 def run_child(cmd: list[str]) -> dict:

@@ -21,14 +21,19 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import re
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from engine_throughput import DEFAULT_SMOLLM2_DIR, run_child, smollm2_path  # noqa: E402
+from engine_throughput import (  # noqa: E402
+    DEFAULT_SMOLLM2_DIR,
+    reset_peak_rss,
+    rss_mib,
+    run_child,
+    smollm2_path,
+)
 
 # name -> (use_fused_kernels, entropy_coef)
 VARIANTS = {
@@ -39,11 +44,6 @@ VARIANTS = {
 }
 DEFAULT = "logits, chunked log-probs (default)"
 
-
-def rss_mib(field: str) -> float:
-    """VmRSS or VmHWM (the peak since the last reset) of this process, MiB."""
-    status = Path("/proc/self/status").read_text()
-    return int(re.search(rf"{field}:\s+(\d+)", status).group(1)) / 1024
 
 
 def measure(args: argparse.Namespace) -> dict:
@@ -65,8 +65,7 @@ def measure(args: argparse.Namespace) -> dict:
     algo = config.build_algo()
     episodes = algo.env_runner_group.local_env_runner.sample()
     algo._update_learners(episodes)  # warm-up (creates Adam's state)
-    before = rss_mib("VmRSS")
-    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
+    before = reset_peak_rss()
     seconds = []
     for _ in range(args.updates):
         start = time.perf_counter()

@@ -24,19 +24,12 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import re
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from engine_throughput import run_child  # noqa: E402
-
-
-def rss_mib(field: str) -> float:
-    """VmRSS or VmHWM (the peak since the last reset) of this process, MiB."""
-    status = Path("/proc/self/status").read_text()
-    return int(re.search(rf"{field}:\s+(\d+)", status).group(1)) / 1024
+from engine_throughput import reset_peak_rss, rss_mib, run_child  # noqa: E402
 
 
 def batch_of(rows: int, prompt: int, tokens: int, vocab: int, seed: int) -> dict:
@@ -82,8 +75,7 @@ def measure(args: argparse.Namespace) -> dict:
         learner._update({DEFAULT_MODULE_ID: batch})
 
     iteration(8, seed=1)  # warm-up: Adam's state, allocator pools
-    before = rss_mib("VmRSS")
-    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
+    before = reset_peak_rss()
     start = time.perf_counter()
     iteration(args.responses, seed=2)
     seconds = time.perf_counter() - start

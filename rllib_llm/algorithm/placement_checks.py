@@ -12,12 +12,17 @@ def shares_learner_model(cfg) -> bool:
     return cfg.num_env_runners == 0 and cfg.num_learners == 0 and not cfg.lora_rank
 
 
+def samples_with_learner_model(cfg) -> bool:
+    """Whether the driver's sampler samples with the learner's own model, on its device: the
+    shared model, and the torch engine (vLLM keeps its own copy)."""
+    return shares_learner_model(cfg) and cfg.rollout_engine == "torch"
+
+
 def check_placement(cfg) -> None:
     """Raise ValueError for a placement or budget the config's processes cannot honour."""
     if cfg.in_evaluation:
         return
-    if shares_learner_model(cfg) and cfg.rollout_engine == "torch" \
-            and cfg.num_gpus_per_env_runner > 0 \
+    if samples_with_learner_model(cfg) and cfg.num_gpus_per_env_runner > 0 \
             and cfg.num_gpus_per_learner == 0:
         raise ValueError(
             f"RLVRConfig.num_gpus_per_env_runner={cfg.num_gpus_per_env_runner} with "

@@ -33,7 +33,7 @@ from rllib_llm.algorithm.evaluation import (
     shard_seed,
 )
 from rllib_llm.algorithm.fields import check_field
-from rllib_llm.algorithm.placement_checks import shares_learner_model
+from rllib_llm.algorithm.placement_checks import samples_with_learner_model, shares_learner_model
 from rllib_llm.exchange.devices import announce
 from rllib_llm.rollout.env_runner import SAMPLER_STATE
 from rllib_llm.rollout.evaluation import EvalShard
@@ -75,8 +75,7 @@ class RLVR(Algorithm):
             runner = self.env_runner_group.local_env_runner
             announce("the driver's env runner", runner.device,
                      "sampling with the learner's model"
-                     if shares_learner_model(config) and config.rollout_engine == "torch"
-                     else "")
+                     if samples_with_learner_model(config) else "")
         self._async = None
         if config.async_generation_ratio:
             self._async = AsyncSampler(

@@ -106,10 +106,10 @@ class RLVRLearner(TorchLearner):
         self._critic_refs = {self.get_param_ref(p) for p in module.critic_parameters()}
         self._value_pretrain_done = 0  # value-pretraining iterations done (checkpointed)
         self._pretraining = False
-        self._device_is_gpu = is_gpu(module_device(module))
+        device = module_device(module)
+        self._device_is_gpu = is_gpu(device)
         rank, world = data_parallel.rank_and_world()
-        announce("the learner" if world == 1 else f"learner {rank} of {world}",
-                 module_device(module))
+        announce("the learner" if world == 1 else f"learner {rank} of {world}", device)
 
     def configure_optimizers_for_module(self, module_id, config=None) -> None:
         """One Adam optimizer (RLlib's default), or with a critic two: "actor" at lr and
