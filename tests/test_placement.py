@@ -81,3 +81,27 @@ def test_a_generate_budget_with_vllm_is_refused():
         rollout_engine="vllm", max_tokens_per_generate_batch=1024)
     with pytest.raises(ValueError, match="vLLM bounds its own"):
         config.validate()
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_the_generate_budget_reaches_the_torch_engine_and_splits_its_batches(monkeypatch):
+    """max_tokens_per_generate_batch is the engine's max_tokens_per_batch: a budget under one
+    row's tokens decodes the iteration's 8 rows one at a time (a row is never split)."""
+    from rllib_llm.rollout.torch_engine import TorchRolloutEngine
+
+    rows_per_batch = []
+    real = TorchRolloutEngine._generate_batch
+
+    def record(self, prompts, counts, sampling, generator):
+        rows_per_batch.append(sum(counts))
+        return real(self, prompts, counts, sampling, generator)
+
+    monkeypatch.setattr(TorchRolloutEngine, "_generate_batch", record)
+    budget = SHAPE["response_length"]  # less than any prompt + response
+    algo = embedded_config("ppo", **SHAPE, max_tokens_per_generate_batch=budget).build_algo()
+    try:
+        algo.train()
+        assert algo.env_runner_group.local_env_runner.engine.max_tokens_per_batch == budget
+        assert rows_per_batch == [1] * 8
+    finally:
+        algo.stop()
