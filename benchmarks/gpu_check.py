@@ -1,8 +1,9 @@
 """The GPU check: where every process computes, that training learns there, and the 403M shape
-against TRL's GRPOTrainer, in one run sized for a short GPU loan (about 5 minutes on one H100/H200,
-Ray's start included, by estimate: not yet timed there).
+against TRL's GRPOTrainer, in one run sized for a short GPU loan (on one H100, 2026-11-26: (a)
+133 s, (b) 223 s for our side and 110 s for TRL's, Ray's start included; results in RESULTS.md).
 
     python benchmarks/gpu_check.py [--json PATH] [--parts placements shape]
+    python benchmarks/gpu_check.py --parts shape --ours-set max_tokens_per_micro_batch=131072
     python benchmarks/gpu_check.py --small [--json PATH]    # the same code paths on the CPU
 
 (a) Placements. The embedded task (`rllib_llm.presets.embedded_config`, TOPR) in three
@@ -278,9 +279,10 @@ def write_model(sizes: Sizes, out_dir: Path) -> dict:
 
 
 # --- (b) our side, in a process of its own (connected to the driver's Ray) -----------------------
-def shape_config(sizes: Sizes, path: str):
+def shape_config(sizes: Sizes, path: str, overrides: dict | None = None):
     """GRPO as benchmarks/trl_comparison.py runs it, on the 403M shape; memory settings at their
-    defaults. A local learner on the GPU, one remote env runner at half of it."""
+    defaults unless `overrides` (--ours-set) names training settings. A local learner on the GPU,
+    one remote env runner at half of it."""
     from rllib_llm import RLVRConfig
 
     return (RLVRConfig()
@@ -290,6 +292,7 @@ def shape_config(sizes: Sizes, path: str):
                       num_return_sequences_in_group=sizes.group, response_length=sizes.tokens,
                       lr=LR, use_kl_loss=False, pg_clip=0.2, grad_clip=1.0, temperature=1.0,
                       advantage_clip=None)
+            .training(**(overrides or {}))
             .learners(num_learners=0, num_gpus_per_learner=sizes.gpu)
             .env_runners(num_env_runners=1, num_gpus_per_env_runner=sizes.gpu / 2)
             .debugging(seed=0, log_level="ERROR"))
@@ -301,13 +304,13 @@ def metric(result: dict, key: str):
     return result
 
 
-def run_ours(sizes: Sizes, path: str, ray_address: str) -> dict:
+def run_ours(sizes: Sizes, path: str, ray_address: str, overrides: dict) -> dict:
     import ray
 
     from rllib_llm.metric_names import RESPONSE_LENGTH, TIME_LEARN_S, TIME_SAMPLE_S
 
     ray.init(address=ray_address, log_to_driver=False)
-    config = shape_config(sizes, path)
+    config = shape_config(sizes, path, overrides)
     algo = config.build_algo()
     try:
         rows = []
@@ -443,7 +446,7 @@ def gpu_peak_flops(sizes: Sizes) -> tuple[str, float | None]:
     return name, next((flops for key, flops in PEAK_BF16_FLOPS if key in name), None)
 
 
-def run_shape(sizes: Sizes, skip_trl: bool, out: dict, save) -> None:
+def run_shape(sizes: Sizes, skip_trl: bool, out: dict, save, overrides: dict) -> None:
     """Both sides of the 403M shape, one after the other, into `out` (`save()` after each)."""
     import importlib.util
 
@@ -455,7 +458,8 @@ def run_shape(sizes: Sizes, skip_trl: bool, out: dict, save) -> None:
         out["model"] = write_model(sizes, Path(tmp))
         free_cuda_cache()
         address = ray.get_runtime_context().gcs_address
-        out["ours"] = run_child("ours", sizes, tmp, CHILD_TIMEOUT_S, "--ray-address", address)
+        out["ours"] = run_child("ours", sizes, tmp, CHILD_TIMEOUT_S, "--ray-address", address,
+                                "--overrides", json.dumps(overrides))
         save()
         if skip_trl:
             out["trl"] = {"skipped": "--skip-trl"}
@@ -608,6 +612,20 @@ def failures_of(report: dict, sizes: Sizes) -> list[str]:
     return failures
 
 
+def ours_settings(pairs: list[str]) -> dict:
+    """--ours-set NAME=JSON pairs as a dict (a value that is not JSON is taken as a string)."""
+    settings = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep:
+            sys.exit(f"gpu_check: --ours-set takes NAME=VALUE, got {pair!r}")
+        try:
+            settings[name] = json.loads(value)
+        except json.JSONDecodeError:
+            settings[name] = value
+    return settings
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--small", action="store_true",
@@ -618,6 +636,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--iterations", type=int, help="training iterations per placement")
     parser.add_argument("--updates", type=int, help="updates per side of the 403M shape")
     parser.add_argument("--skip-trl", action="store_true")
+    parser.add_argument("--ours-set", action="append", default=[], metavar="NAME=JSON",
+                        help="a training setting for our side of the 403M shape (repeatable), "
+                             "e.g. max_tokens_per_micro_batch=65536")
+    parser.add_argument("--overrides", default="{}", help=argparse.SUPPRESS)
     parser.add_argument("--child", choices=("ours", "trl"), help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
     parser.add_argument("--sizes", help=argparse.SUPPRESS)
@@ -630,7 +652,8 @@ def main() -> None:
     args = parse_args()
     if args.child:
         sizes = Sizes(**json.loads(args.sizes))
-        result = (run_ours(sizes, args.path, args.ray_address) if args.child == "ours"
+        result = (run_ours(sizes, args.path, args.ray_address, json.loads(args.overrides))
+                  if args.child == "ours"
                   else run_trl(sizes, args.path))
         print(json.dumps(result, default=str))
         return
@@ -673,7 +696,7 @@ def main() -> None:
         print("# the 403M shape", file=sys.stderr, flush=True)
         report["shape"] = {}
         try:
-            run_shape(sizes, args.skip_trl, report["shape"], save)
+            run_shape(sizes, args.skip_trl, report["shape"], save, ours_settings(args.ours_set))
         except Exception as e:  # reported; the tables still print
             report["shape"]["error"] = repr(e)[:500]
         save()

@@ -14,6 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 ROLES = {"learner", "env runner 0", "env runner 1"}
+OURS_BUDGET = 2048  # --ours-set: not the default (4096), so the report shows it arrived
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +23,8 @@ pytestmark = pytest.mark.slow
 def report(tmp_path_factory) -> dict:
     path = tmp_path_factory.mktemp("gpu_check") / "report.json"
     run = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--small", "--json",
-                          str(path)], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          str(path), "--ours-set", f"max_tokens_per_micro_batch={OURS_BUDGET}"],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT,
                          env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "GPU check passed" in run.stdout
@@ -54,6 +56,7 @@ def test_the_shape_ran_our_side_and_ran_or_skipped_trls(report):
     assert set(ours["memory"]) == {"learner (driver)", "env runner 1"}
     assert all(m["rss_gib"] > 0 for m in ours["memory"].values())
     assert ours["mfu"] is None  # no GPU peak on the CPU
+    assert ours["settings"]["max_tokens_per_micro_batch"] == OURS_BUDGET
     if "skipped" in trl:
         assert trl["skipped"]  # the reason
     else:
