@@ -53,7 +53,7 @@ $(SMOLLM2_STAMP): $(STAMP)
 setup-smollm2: $(SMOLLM2_STAMP)
 
 demo: setup $(if $(filter vllm,$(ENGINE)),setup-vllm)
-	$(BIN)/python -m rllib_llm.demo --engine $(ENGINE) $(DEMO_ARGS)
+	$(BIN)/python -m rllib_llm.recipes.demo --engine $(ENGINE) $(DEMO_ARGS)
 
 # The suite without vLLM (SmolLM2-135M included), slow tests too: every variant's and preset's
 # learning test, every file in examples/ with a short budget, and the wheel installed outside the

@@ -28,7 +28,7 @@ import ray
 
 
 def measure(runners: int, ratio: int, iters: int, warmup: int) -> dict[str, float]:
-    from rllib_llm.presets import embedded_config
+    from rllib_llm.recipes.embedded import embedded_config
 
     algo = (embedded_config("topr", seed=0, async_generation_ratio=ratio)
             .env_runners(num_env_runners=runners).build_algo())

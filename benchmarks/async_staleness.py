@@ -38,7 +38,7 @@ EVAL_SEEDS = (0, 1)
 def train(variant: str, ratio: int, seed: int, iters: int, every: int, lr_scale: float):
     """(snapshots {iteration: state dict}, seconds of training by iteration, the mean KL of the
     updated policy to the one that sampled: the lag the ratio sees)."""
-    from rllib_llm.presets import EMBEDDED_TRAINING, embedded_config
+    from rllib_llm.recipes.embedded import EMBEDDED_TRAINING, embedded_config
 
     lr = [[t, v * lr_scale] for t, v in EMBEDDED_TRAINING["lr"]]
     algo = (embedded_config(variant, seed=seed, async_generation_ratio=ratio, lr=lr)
@@ -62,7 +62,7 @@ def train(variant: str, ratio: int, seed: int, iters: int, every: int, lr_scale:
 
 def make_evaluator():
     """A synchronous algorithm that samples in this process; its policy is what we load."""
-    from rllib_llm.presets import embedded_config
+    from rllib_llm.recipes.embedded import embedded_config
 
     algo = embedded_config("topr", seed=0).build_algo()
     return algo, algo.env_runner_group.local_env_runner.module.model  # the torch engine's model
@@ -136,7 +136,7 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=100)
     parser.add_argument("--every", type=int, default=25)
     parser.add_argument("--lr-scale", type=float, default=1.0,
-                        help="multiplies the embedded learning-rate schedule (presets.py)")
+                        help="multiplies the embedded learning-rate schedule (recipes/embedded.py)")
     parser.add_argument("--out", type=Path, default=Path("async_staleness.jsonl"))
     parser.add_argument("--table-from", type=Path, help="print the table of a finished --out")
     parser.add_argument("--plot", type=Path, help="write accuracy against wall-clock here")

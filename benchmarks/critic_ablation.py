@@ -7,8 +7,8 @@ budget (EMBEDDED_RESPONSES responses per iteration; value-pretraining iterations
 it), and prints a Markdown table of held-out accuracy (500 problems, 4 samples each) before and
 after: mean +- standard deviation over the seeds, and seconds per iteration measured in this run.
 
-Variants: vapo (rllib_llm.presets.embedded_preset_config("vapo"), whose length-adaptive alpha is
-sized for 6-token responses), vapo with the paper's alpha 0.05 (lambda 0 at these lengths),
+Variants: vapo (rllib_llm.recipes.embedded.embedded_preset_config("vapo"), whose length-adaptive
+alpha is sized for 6-token responses), vapo with the paper's alpha 0.05 (lambda 0 at these lengths),
 vapo without value pretraining, without decoupled GAE (the critic's returns use the actor's
 lambda), without length-adaptive lambda (lambda 0.95), without group sampling (1 response for each
 of 512 prompts), and the ppo and grpo presets.
@@ -25,7 +25,7 @@ import time
 import numpy as np
 import ray
 
-from rllib_llm.presets import embedded_preset_config
+from rllib_llm.recipes.embedded import embedded_preset_config
 
 VARIANTS = {
     "vapo": ("vapo", {}),

@@ -8,8 +8,8 @@ torch thread, once per `max_tokens_per_batch` budget (None, the default of
 `max_tokens_per_generate_batch`, and a quarter of the batch). Each measured `generate` follows a
 warm-up one; the peak RSS is reset before it (`/proc/self/clear_refs`), and its rise is the
 call's peak extra memory. glibc maps blocks of 1 MiB or more on their own
-(`MALLOC_MMAP_THRESHOLD_`), so freed caches go back at once (tests/test_engine_memory.py says
-why).
+(`MALLOC_MMAP_THRESHOLD_`), so freed caches go back at once (tests/rollout/test_engine_memory.py
+says why).
 
 The formula, per decode batch (chunk): rows x (prompt + tokens) x layers x 2 x kv_heads x
 head_dim x 4 bytes of KV cache, plus the preallocated attention mask, tokens and log-probs, plus

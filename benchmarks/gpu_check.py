@@ -6,7 +6,7 @@ against TRL's GRPOTrainer, in one run sized for a short GPU loan (on one H100, 2
     python benchmarks/gpu_check.py --parts shape --ours-set max_tokens_per_micro_batch=131072
     python benchmarks/gpu_check.py --small [--json PATH]    # the same code paths on the CPU
 
-(a) Placements. The embedded task (`rllib_llm.presets.embedded_config`, TOPR) in three
+(a) Placements. The embedded task (`rllib_llm.recipes.embedded.embedded_config`, TOPR) in three
     placements: one process (a local learner on the GPU, sampling with its model); a local
     learner on the GPU and one remote env runner holding half of it; a remote learner and a remote
     env runner, half a GPU each. Every process reports its device itself: each learner its
@@ -31,11 +31,11 @@ The check fails (exit 1, after the tables) when a process given a GPU computes o
 learner's parameters are not on its device after training, a part raises, a response ends before
 --tokens, or (full mode) a placement does not learn. The goal is reported, not enforced.
 
-`--small` (CI: tests/test_gpu_check.py) runs all of it on the CPU: no GPUs anywhere, 2 iterations
-per placement, a 2-layer Llama of hidden 64 on 4 prompts x 4 x 16 tokens in float32, 2 updates,
-peak RSS instead of CUDA memory. TRL is the `bench` extra; without it its side is skipped with a
-note. On a GPU machine without Ray, gymnasium, math-verify or TRL, carry their wheels and put them
-on PYTHONPATH (Ray's workers inherit it).
+`--small` (CI: tests/project/test_gpu_check.py) runs all of it on the CPU: no GPUs anywhere, 2
+iterations per placement, a 2-layer Llama of hidden 64 on 4 prompts x 4 x 16 tokens in float32, 2
+updates, peak RSS instead of CUDA memory. TRL is the `bench` extra; without it its side is skipped
+with a note. On a GPU machine without Ray, gymnasium, math-verify or TRL, carry their wheels and
+put them on PYTHONPATH (Ray's workers inherit it).
 """
 
 from __future__ import annotations
@@ -213,7 +213,7 @@ PLACEMENTS = {
 def run_placement(name: str, sizes: Sizes) -> dict:
     """Build the embedded task in placement `name`, train `sizes.iterations` iterations, and
     score held-out greedy pass@1 before and after; every process reports its device."""
-    from rllib_llm.presets import embedded_config
+    from rllib_llm.recipes.embedded import embedded_config
 
     config = PLACEMENTS[name](embedded_config("topr", seed=0), sizes.gpu)
     out = {"placement": name, "learner_gpus": config.num_gpus_per_learner,
@@ -307,7 +307,7 @@ def metric(result: dict, key: str):
 def run_ours(sizes: Sizes, path: str, ray_address: str, overrides: dict) -> dict:
     import ray
 
-    from rllib_llm.metric_names import RESPONSE_LENGTH, TIME_LEARN_S, TIME_SAMPLE_S
+    from rllib_llm.outputs.metric_names import RESPONSE_LENGTH, TIME_LEARN_S, TIME_SAMPLE_S
 
     ray.init(address=ray_address, log_to_driver=False)
     config = shape_config(sizes, path, overrides)

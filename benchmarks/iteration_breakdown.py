@@ -64,7 +64,7 @@ def main() -> None:
     import ray
 
     from rllib_llm.learner.packing import episode_tokens, pack
-    from rllib_llm.presets import embedded_config
+    from rllib_llm.recipes.embedded import embedded_config
     from rllib_llm.rollout.engine import SamplingParams
 
     ray.init(include_dashboard=False, log_to_driver=False)

@@ -91,7 +91,7 @@ def main() -> None:
     torch.set_num_threads(1)
 
     from rllib_llm.learner.packing import pack_episodes
-    from rllib_llm.presets import embedded_config
+    from rllib_llm.recipes.embedded import embedded_config
     from rllib_llm.rollout.env_runner import RLVREnvRunner
 
     config = embedded_config("topr", rollout_batch_size=args.prompts,

@@ -59,7 +59,7 @@ def held_out(algo, args: argparse.Namespace) -> float:
 
 
 def train(algo, args: argparse.Namespace) -> dict:
-    from rllib_llm.metric_names import GENERATE_TOKENS_PER_S
+    from rllib_llm.outputs.metric_names import GENERATE_TOKENS_PER_S
 
     seconds, rewards, tokens_per_s = [], [], []
     start = time.perf_counter()

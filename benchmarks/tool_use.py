@@ -4,7 +4,8 @@
 
 `embedded_tool` (the tiny char-level Llama warm-started on tool-use transcripts, of which 30%
 call the tool) trains with RL on "math_tool": two-digit products, a sandboxed `python` tool
-(`rllib_llm.envs.sandbox`), the math-verify reward (`rllib_llm.presets.embedded_tool_config`).
+(`rllib_llm.envs.sandbox`), the math-verify reward
+(`rllib_llm.recipes.embedded.embedded_tool_config`).
 Held-out accuracy (500 test problems, 4 samples each) is measured
 - with the tool: "math_tool", the env it trains on;
 - without it: "math_verify" over the same problems with the same checkpoint, where a tool call
@@ -33,7 +34,11 @@ from rllib_llm.envs.sandbox import sandbox_report
 
 from rllib_llm import RLVRConfig
 from rllib_llm.models import load_tokenizer
-from rllib_llm.presets import EMBEDDED_TOOL_ENV, EMBEDDED_TOOL_TRAINING, embedded_tool_config
+from rllib_llm.recipes.embedded import (
+    EMBEDDED_TOOL_ENV,
+    EMBEDDED_TOOL_TRAINING,
+    embedded_tool_config,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 from pretrain_embedded import tool_use_rates  # noqa: E402

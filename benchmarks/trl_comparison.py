@@ -130,7 +130,7 @@ def run_ours(args: argparse.Namespace) -> dict:
     import torch
 
     from rllib_llm import RLVRConfig
-    from rllib_llm.metric_names import GENERATE_TOKENS_PER_S
+    from rllib_llm.outputs.metric_names import GENERATE_TOKENS_PER_S
 
     torch.set_num_threads(1)
     data = json.loads(Path(args.data).read_text())

@@ -55,7 +55,7 @@ def measure(args: argparse.Namespace) -> dict:
     import torch
     from ray.rllib.core import DEFAULT_MODULE_ID
 
-    from rllib_llm.presets import embedded_config
+    from rllib_llm.recipes.embedded import embedded_config
 
     torch.set_num_threads(1)
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
@@ -92,7 +92,7 @@ def time_demo_shape(args: argparse.Namespace) -> dict:
     import ray
     import torch
 
-    from rllib_llm.presets import embedded_config
+    from rllib_llm.recipes.embedded import embedded_config
 
     torch.set_num_threads(1)
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)

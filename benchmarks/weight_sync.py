@@ -26,7 +26,7 @@ import torch
 
 
 def measure(backend: str, args) -> dict[str, float]:
-    from rllib_llm.presets import embedded_config
+    from rllib_llm.recipes.embedded import embedded_config
 
     overrides = dict(rollout_batch_size=args.prompts, num_return_sequences_in_group=args.group,
                      response_length=args.tokens, model_name_or_path=args.model,

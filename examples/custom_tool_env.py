@@ -24,7 +24,7 @@ from rllib_llm.envs.tool_env import ToolOutput, tool_env
 from topr_arithmetic import train_and_report
 
 from rllib_llm import RLVRConfig
-from rllib_llm.presets import EMBEDDED_TOOL_TRAINING
+from rllib_llm.recipes.embedded import EMBEDDED_TOOL_TRAINING
 
 OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
 
@@ -65,7 +65,7 @@ def main(iterations: int, eval_problems: int, min_gain: float) -> bool:
             "max_turns": 2,  # a tool call, then the answer
         })
         # The learning-rate schedule, batch shape and token budget calibrated for the tiny model
-        # on tool use (rllib_llm/presets.py).
+        # on tool use (rllib_llm/recipes/embedded.py).
         .training(**EMBEDDED_TOOL_TRAINING)
         .training(model_name_or_path="embedded_tool", pg_variant="topr")
         .debugging(seed=0)

@@ -19,9 +19,9 @@ from rllib_llm.algorithm.roll_config import load_roll_config
 
 # What ROLL's 2048 + 4096 tokens and a 7B model's learning rate become on the embedded model:
 # its context and the learning-rate schedule and sampling temperature calibrated for it
-# (rllib_llm/presets.py). ROLL's 512 prompts per iteration with one response each stay: 512
+# (rllib_llm/recipes/embedded.py). ROLL's 512 prompts per iteration with one response each stay: 512
 # responses, as the embedded presets sample.
-from rllib_llm.presets import EMBEDDED_ROLL_ENV, EMBEDDED_ROLL_OVERRIDES
+from rllib_llm.recipes.embedded import EMBEDDED_ROLL_ENV, EMBEDDED_ROLL_OVERRIDES
 
 HERE = Path(__file__).resolve().parent
 

@@ -14,7 +14,7 @@ import sys
 import ray
 
 from rllib_llm import RLVRConfig
-from rllib_llm.presets import EMBEDDED_TRAINING
+from rllib_llm.recipes.embedded import EMBEDDED_TRAINING
 
 
 def main(iterations: int, eval_problems: int, min_gain: float) -> bool:

@@ -168,7 +168,7 @@ class RLVR(Algorithm):
 
     def set_state(self, state) -> None:
         """RLlib's restore (it syncs the restored weights and their version to every runner;
-        tests/test_resume.py checks it), plus each remote runner's sampler state."""
+        tests/algorithm/test_resume.py checks it), plus each remote runner's sampler state."""
         super().set_state(state)
         samplers = state.get(REMOTE_SAMPLERS)
         group = self.env_runner_group

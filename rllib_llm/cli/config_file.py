@@ -169,7 +169,7 @@ def _read_roll(path: Path, data: dict[str, Any], strict: bool) -> RunFile:
     """A ROLL file: its algorithm fields through load_roll_config, its run management here, and
     for the embedded model (a file that names none) the sizes it can take, each said."""
     from rllib_llm.algorithm.roll_config import load_roll_config
-    from rllib_llm.presets import EMBEDDED_ROLL_ENV, EMBEDDED_ROLL_OVERRIDES
+    from rllib_llm.recipes.embedded import EMBEDDED_ROLL_ENV, EMBEDDED_ROLL_OVERRIDES
 
     run_fields = {k: data.pop(k) for k in list(data) if k in ROLL_RUN_FIELDS}
     try:

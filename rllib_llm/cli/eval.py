@@ -4,8 +4,8 @@
     rllib-llm eval exported/ --samples 4             a Hugging Face model directory
     rllib-llm eval embedded --num-problems 100 --json
 
-MODEL is a run or checkpoint directory (`rllib_llm.checkpoints.find_checkpoint`), a Hugging Face
-model directory (one with config.json), or a model name ("embedded", a hub id). The evaluation
+MODEL is a run or checkpoint directory (`rllib_llm.outputs.checkpoints.find_checkpoint`), a Hugging
+Face model directory (one with config.json), or a model name ("embedded", a hub id). The evaluation
 is RLVR's own (`RLVR.evaluate_accuracy`): a checkpoint's run is rebuilt from its config with its
 policy's weights restored, so its env, held-out data and evaluation settings are the defaults;
 a model gets RLVRConfig's defaults. Options override either; they are evaluation settings
@@ -83,8 +83,8 @@ def _model_defaults() -> str:
 def run(args: argparse.Namespace) -> int:
     import ray
 
-    from rllib_llm.checkpoints import CheckpointError
     from rllib_llm.cli.tune_runs import init_ray
+    from rllib_llm.outputs.checkpoints import CheckpointError
 
     try:
         checkpoint = _checkpoint(args.model, args.checkpoint)
@@ -109,8 +109,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _checkpoint(model: str, checkpoint: str | None) -> Path | None:
     """The checkpoint MODEL (and --checkpoint) name, or None when MODEL is a model."""
-    from rllib_llm.checkpoints import find_checkpoint
     from rllib_llm.models import MODEL_CONFIG, resolve_checkpoint
+    from rllib_llm.outputs.checkpoints import find_checkpoint
 
     path = Path(model).expanduser()
     if checkpoint is not None or (path.is_dir() and not (path / MODEL_CONFIG).is_file()):
@@ -124,7 +124,7 @@ def eval_config(args: argparse.Namespace, checkpoint: Path | None) -> RLVRConfig
     sampling in this process, with the options given set in its evaluation config."""
     from rllib_llm.algorithm.config import RLVRConfig
     from rllib_llm.algorithm.fields import check_field
-    from rllib_llm.checkpoints import load_run_config
+    from rllib_llm.outputs.checkpoints import load_run_config
 
     if checkpoint is None:
         config = RLVRConfig().environment(args.env or "math_verify").training(
@@ -156,7 +156,7 @@ def evaluate(config: RLVRConfig, checkpoint: Path | None, *, seed: int | None) -
 def build_evaluator(config: RLVRConfig, checkpoint: Path | None):
     """The algorithm `config` builds, with the checkpoint's policy weights restored into its
     learner (RLlib then syncs them to the env runner that samples)."""
-    from rllib_llm.checkpoints import POLICY_MODULE
+    from rllib_llm.outputs.checkpoints import POLICY_MODULE
 
     algo = config.build_algo()
     if checkpoint is not None:

@@ -6,7 +6,7 @@
 
 OUT then loads with `AutoModelForCausalLM.from_pretrained(OUT)` and
 `AutoTokenizer.from_pretrained(OUT)` (and vLLM's `LLM(model=OUT)`); see
-`rllib_llm.checkpoints.export_policy` for what it holds.
+`rllib_llm.outputs.checkpoints.export_policy` for what it holds.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rllib_llm.checkpoints import (
+    from rllib_llm.outputs.checkpoints import (
         CheckpointError,
         export_policy,
         find_checkpoint,

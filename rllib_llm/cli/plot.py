@@ -1,7 +1,7 @@
 """`rllib-llm plot RUN_DIR [RUN_DIR ...]`: PNG curves of one or more runs, side by side.
 
 Writes `curves_by_iteration.png` and `curves_by_time.png` (reward, accuracy, held-out accuracy,
-KL, entropy, response length, clip fraction; `rllib_llm.plots`) and prints their paths.
+KL, entropy, response length, clip fraction; `rllib_llm.outputs.plots`) and prints their paths.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 
 
 def add_parser(subparsers) -> None:
-    from rllib_llm.plots import DEFAULT_SMOOTHING, PANELS_BY_NAME
+    from rllib_llm.outputs.plots import DEFAULT_SMOOTHING, PANELS_BY_NAME
 
     parser = subparsers.add_parser(
         "plot", help="PNG curves of one or more runs",
@@ -32,7 +32,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rllib_llm.plots import load_runs, panels_for, plot_runs
+    from rllib_llm.outputs.plots import load_runs, panels_for, plot_runs
 
     try:
         runs = load_runs(args.run_dirs)

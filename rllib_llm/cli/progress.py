@@ -12,7 +12,7 @@ from typing import Any
 
 from ray import tune
 
-from rllib_llm import metric_names as m
+from rllib_llm.outputs import metric_names as m
 
 
 def result_value(result: dict[str, Any], key: str) -> float | None:

@@ -6,10 +6,10 @@ evaluate. And when a trial is restored it appends rows in the order of the resto
 first result, under the header of the first process: after `rllib-llm train --resume` the values
 sat under the wrong columns (measured: `loss` held `num_module_steps_trained_lifetime`).
 
-Here the columns are the first result's keys plus every stable metric (rllib_llm/metric_names.py;
-empty where a result has none), and a continued file keeps its header: each row is written under
-it by name. Tune adds its own CSV logger only when no CSVLoggerCallback is given, so passing this
-one replaces it.
+Here the columns are the first result's keys plus every stable metric
+(rllib_llm/outputs/metric_names.py; empty where a result has none), and a continued file keeps its
+header: each row is written under it by name. Tune adds its own CSV logger only when no
+CSVLoggerCallback is given, so passing this one replaces it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 from ray.tune.logger import CSVLoggerCallback
 from ray.tune.utils import flatten_dict
 
-from rllib_llm.metric_names import METRICS
+from rllib_llm.outputs.metric_names import METRICS
 
 
 class ProgressCSV(CSVLoggerCallback):

@@ -16,13 +16,13 @@ from rllib_llm.algorithm.fields import (
     optional,
     positive_int,
 )
-from rllib_llm.metric_names import HELD_OUT_ACCURACY, METRICS
+from rllib_llm.outputs.metric_names import HELD_OUT_ACCURACY, METRICS
 
 
 def _metric(v: Any) -> str | None:
     return None if v is None or (isinstance(v, str) and ("/" in v or v in METRICS)) else (
         "must be a result key such as "
-        f"{HELD_OUT_ACCURACY!r} (rllib_llm/metric_names.py lists the stable ones), or None")
+        f"{HELD_OUT_ACCURACY!r} (rllib_llm/outputs/metric_names.py lists the stable ones), or None")
 
 
 def _logger(v: Any) -> str | None:
@@ -54,10 +54,10 @@ RUN_FIELDS: tuple[Field, ...] = (
           "sweeps show Tune's trial table instead).", boolean, "run"),
     Field("mlflow", None,
           "Log to MLflow (needs `mlflow`): true, or a mapping of MLflowLoggerCallback options "
-          "(rllib_llm/experiment_logs.py).", _logger, "run"),
+          "(rllib_llm/outputs/experiment_logs.py).", _logger, "run"),
     Field("wandb", None,
           "Log to Weights & Biases (needs `wandb`): true, or a mapping of WandbLoggerCallback "
-          "options (rllib_llm/experiment_logs.py).", _logger, "run"),
+          "options (rllib_llm/outputs/experiment_logs.py).", _logger, "run"),
 )
 RUN_FIELDS_BY_NAME = {f.name: f for f in RUN_FIELDS}
 
@@ -69,7 +69,7 @@ def run_defaults() -> dict[str, Any]:
 # The `tune:` section of a sweep file (`rllib-llm sweep`).
 TUNE_FIELDS: tuple[Field, ...] = (
     Field("metric", HELD_OUT_ACCURACY,
-          "The result key trials are compared and stopped by (rllib_llm/metric_names.py). "
+          "The result key trials are compared and stopped by (rllib_llm/outputs/metric_names.py). "
           "'evaluation/pass@1' needs `evaluation.evaluation_interval`: it is reported only in "
           "iterations that evaluate, and ASHA judges a trial by the latest one.", _metric, "tune"),
     Field("mode", "max", "'max' or 'min': whether a higher or a lower `metric` is better.",

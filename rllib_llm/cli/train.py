@@ -94,9 +94,9 @@ def resume(run_dir: Path) -> int:
 
 def finish(results, run_dir: Path) -> int:
     """Say how the run ended, where its checkpoints are and what to do with them."""
-    from rllib_llm import metric_names as m
     from rllib_llm.cli.progress import result_value
     from rllib_llm.cli.tune_runs import report_errors
+    from rllib_llm.outputs import metric_names as m
 
     status = report_errors(results)
     result = results[0]

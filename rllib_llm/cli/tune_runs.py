@@ -62,7 +62,7 @@ def run_config(run_dir: Path, run: dict[str, Any], *, progress_bar: bool,
 
     callbacks = [ProgressCSV()]  # replaces Tune's CSV logger (progress_csv.py says why)
     if run["mlflow"] or run["wandb"]:
-        from rllib_llm.experiment_logs import experiment_callbacks
+        from rllib_llm.outputs.experiment_logs import experiment_callbacks
 
         callbacks += experiment_callbacks(mlflow=run["mlflow"] or None,
                                           wandb=run["wandb"] or None)
@@ -87,7 +87,7 @@ def trial_table(swept: list[str]):
     """Tune's table of trials: their swept settings and the stable metrics, not whole configs."""
     from ray import tune
 
-    from rllib_llm import metric_names as m
+    from rllib_llm.outputs import metric_names as m
 
     return tune.CLIReporter(
         parameter_columns=list(swept),

@@ -7,5 +7,5 @@ other: they meet in the algorithm, and share only what lives here:
 - `weight_broadcast`: the channel that carries weights from the learner to the rollout engines;
 - `threads`: the torch thread setting every sampling and learning process applies.
 
-These modules import neither rollout, learner nor algorithm (`tests/test_layers.py`).
+These modules import neither rollout, learner nor algorithm (`tests/project/test_layers.py`).
 """

@@ -14,7 +14,7 @@ Memory is bounded: a decode batch's KV cache and attention mask are allocated on
 batch's final length, and filled in place (`PreallocatedLayer`), rather than grown by
 concatenation each step as transformers' `DynamicCache` does. That copied the whole cache every
 step (quadratic in the response length) and held a layer's old and new keys at once: peak memory
-1 + 1/(2 x layers) times the cache, against 1.04x now (tests/test_engine_memory.py), and it
+1 + 1/(2 x layers) times the cache, against 1.04x now (tests/rollout/test_engine_memory.py), and it
 took 2.5-2.8x as long for 512 rows x 256 tokens on the embedded model (1 CPU thread; the same
 time for 32 rows x 64 tokens). `max_tokens_per_batch` bounds the allocation.
 """

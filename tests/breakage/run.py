@@ -24,10 +24,11 @@ REPO = HERE.parents[1]
 # The tests whose subject is an update: learner steps, losses through the learner, LoRA,
 # data-parallel and multi-node learners, DeepSpeed, the critic, async training, fused kernels,
 # rollout importance sampling in training, ROLL's TOPR.
-UPDATE_TESTS = ["test_learner_steps.py", "test_lora.py", "test_data_parallel.py",
-                "test_multi_node.py", "test_deepspeed.py", "test_critic.py",
-                "test_async_training.py", "test_fused_kernels.py",
-                "test_rollout_is_training.py", "test_roll_topr.py"]
+UPDATE_TESTS = ["learner/test_learner_steps.py", "models/test_lora.py",
+                "learner/test_data_parallel.py", "algorithm/test_multi_node.py",
+                "learner/test_deepspeed.py", "learner/test_critic.py",
+                "algorithm/test_async_training.py", "learner/test_fused_kernels.py",
+                "algorithm/test_rollout_is_training.py", "core/test_roll_topr.py"]
 
 
 def main(argv: list[str]) -> int:

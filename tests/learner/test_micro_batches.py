@@ -1,0 +1,201 @@
+"""Micro-batches under a token budget (learner/micro_batches.py): how rows are planned and cut,
+and that the budget changes memory and nothing else — the loss, every gradient and the logged
+metrics of an optimizer step are those of the whole mini-batch, for each loss_agg_mode, with a
+KL term and entropy bonus (reference and old log-probs scored in micro-batches too), with a
+critic, and with gradient checkpointing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rllib_llm.learner import learner as learner_module
+from rllib_llm.learner import micro_batches
+from rllib_llm.learner.module import RLVRModule
+from rllib_llm.recipes.embedded import embedded_config
+
+# 8 prompts x 4 responses of the embedded task: ~13 tokens a row, prompts of 4-7 tokens and
+# responses of 2-6, so budgets of 40 and 97 tokens cut the 32 rows into 3-row and 7-row pieces.
+SHAPE = dict(rollout_batch_size=8, num_return_sequences_in_group=4, response_length=6)
+# Besides the learner's own (timers and throughput differ run to run).
+NOT_COMPARED = ("learner_tokens_per_s",)
+
+
+# --- planning and cutting ------------------------------------------------------------------------
+def _lengths(seed: int, n: int = 40) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(1, 30, (n,), generator=g), torch.randint(1, 50, (n,), generator=g)
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("budget,max_rows", [(64, None), (200, None), (200, 3), (None, 5)])
+def test_a_plan_takes_every_row_once_and_keeps_the_budget(seed, budget, max_rows):
+    prompts, responses = _lengths(seed)
+    batches = micro_batches.plan(prompts, responses, max_tokens=budget, max_rows=max_rows)
+    assert sorted(torch.cat(batches).tolist()) == list(range(len(prompts)))
+    for rows in batches:
+        padded = len(rows) * int(prompts[rows].max() + responses[rows].max())
+        if len(rows) > 1:  # (one row longer than the budget goes alone)
+            assert budget is None or padded <= budget
+        assert max_rows is None or len(rows) <= max_rows
+        assert rows.tolist() == sorted(rows.tolist())  # the batch's own order inside
+
+
+def test_a_row_over_the_budget_is_a_micro_batch_alone():
+    batches = micro_batches.plan(torch.tensor([5, 100, 5]), torch.tensor([5, 100, 5]),
+                                 max_tokens=40)
+    assert [b.tolist() for b in batches] == [[1], [0, 2]]
+
+
+def test_sorting_by_length_packs_fewer_padded_tokens_than_the_batch_order():
+    # Alternating short and long rows: in order, every pair pads to the long one.
+    prompts = torch.tensor([2, 40] * 8)
+    responses = torch.tensor([2, 40] * 8)
+    batches = micro_batches.plan(prompts, responses, max_tokens=160)
+    padded = sum(len(r) * int(prompts[r].max() + responses[r].max()) for r in batches)
+    assert padded == 8 * 80 + 8 * 4  # two long rows, or many short ones, per micro-batch
+    assert len(batches) == 5
+
+
+@pytest.mark.parametrize("min_count", [1, 4, 9, 40])
+def test_min_count_halves_the_largest_until_enough(min_count):
+    prompts, responses = _lengths(0)
+    batches = micro_batches.plan(prompts, responses, max_tokens=1000, min_count=min_count)
+    assert len(batches) >= min_count
+    assert sorted(torch.cat(batches).tolist()) == list(range(40))
+
+
+def test_a_cut_micro_batch_scores_as_the_padded_batch():
+    """Log-probs of rows cut to their micro-batch's lengths equal those in the whole padded
+    batch: the dropped columns are padding in every row (left of the prompts, right of the
+    responses)."""
+    module = RLVRModule(model_config={"model_name_or_path": "embedded", "model_dtype": "float32",
+                                      "temperature": 1.0, "micro_batch_tokens": None})
+    prompts = [[5, 6, 7], [8, 9, 10, 11, 12, 13, 14], [15, 16], [17, 18, 19, 20]]
+    responses = [[21, 22], [23, 24, 25, 26, 27, 28], [29], [30, 31, 32]]
+    p, t = max(map(len, prompts)), max(map(len, responses))
+    input_ids = torch.zeros(4, p + t, dtype=torch.long)
+    attention = torch.zeros(4, p + t, dtype=torch.long)
+    for i, (a, b) in enumerate(zip(prompts, responses, strict=True)):
+        input_ids[i, p - len(a) : p + len(b)] = torch.tensor(a + b)
+        attention[i, p - len(a) : p + len(b)] = 1
+    batch = {"input_ids": input_ids, "attention_mask": attention,
+             "response_ids": input_ids[:, p:].clone()}
+    whole = module.score_tokens(batch, reference=False)  # (4, T)
+    module.micro_batch_tokens = 12  # rows 0, 2 and 3 fit together; row 1 (13 tokens) alone
+    cut = module.score_tokens(batch, reference=False)
+    mask = attention[:, p:].bool()
+    torch.testing.assert_close(cut[mask], whole[mask], rtol=1e-5, atol=1e-6)
+
+
+# --- one optimizer step with and without micro-batches -------------------------------------------
+def _one_step(monkeypatch, prepare=None, **settings):
+    """(gradients by parameter name, the step's metrics, the iteration's learner results) of
+    one iteration (one optimizer step) of the embedded task."""
+    captured = {}
+    real = learner_module.RLVRLearner._apply_step
+
+    def capture(self, step, total):
+        module = self.module["default_policy"].unwrapped()
+        captured["grads"] = {n: p.grad.detach().clone() for n, p in module.named_parameters()
+                             if p.grad is not None}
+        captured["step"] = dict(step)
+        return real(self, step, total)
+
+    monkeypatch.setattr(learner_module.RLVRLearner, "_apply_step", capture)
+    algo = embedded_config("ppo", seed=3, **SHAPE, **settings).build_algo()
+    if prepare is not None:
+        prepare(algo)
+    results = algo.train()["learners"]["default_policy"]
+    algo.stop()
+    return captured["grads"], captured["step"], results
+
+
+def _same_step(whole, cut):
+    (grads_w, step_w, results_w), (grads_c, step_c, results_c) = whole, cut
+    assert grads_w.keys() == grads_c.keys() and grads_w
+    for name, grad in grads_w.items():
+        # float32 sums in another order: within 1e-5 of the tensor's largest entry.
+        atol = 1e-5 * float(grad.abs().max()) + 1e-12
+        torch.testing.assert_close(grads_c[name], grad, rtol=1e-4, atol=atol,
+                                   msg=lambda m, name=name: f"{name}: {m}")
+    assert step_c.keys() == step_w.keys()
+    for name, value in step_w.items():
+        assert step_c[name] == pytest.approx(value, rel=1e-5, abs=1e-7), name
+    for name, value in results_w.items():
+        if isinstance(value, float) and name not in NOT_COMPARED:
+            assert results_c[name] == pytest.approx(value, rel=1e-5, abs=1e-7), name
+
+
+@pytest.mark.usefixtures("ray_session")
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_a_token_budget_changes_neither_loss_nor_gradients_nor_metrics(monkeypatch, mode):
+    settings = dict(loss_agg_mode=mode, use_kl_loss=True, kl_loss_coef=0.1, entropy_coef=0.01,
+                    recompute_old_logp=True)
+    whole = _one_step(monkeypatch, max_tokens_per_micro_batch=None, **settings)
+    assert whole[1]["loss"] != 0 and "kl_loss" in whole[1]
+    for budget, rows in ((40, None), (97, None), (200, 3)):
+        _same_step(whole, _one_step(monkeypatch, max_tokens_per_micro_batch=budget,
+                                    micro_batch_size=rows, **settings))
+
+
+def _critic_head(algo):
+    """A value head that is not all zeros (a zero head's value loss has a zero gradient)."""
+    critic = algo.learner_group._learner.module["default_policy"].critic
+    torch.manual_seed(0)
+    torch.nn.init.normal_(critic.head.weight, std=0.5)
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_token_budget_changes_nothing_with_a_critic(monkeypatch):
+    settings = dict(adv_estimator="gae", value_clip=0.1, loss_agg_mode="token-mean")
+    whole = _one_step(monkeypatch, _critic_head, max_tokens_per_micro_batch=None, **settings)
+    assert whole[1]["value_loss"] > 0
+    assert any("critic" in name and grad.abs().max() > 0 for name, grad in whole[0].items())
+    _same_step(whole, _one_step(monkeypatch, _critic_head, max_tokens_per_micro_batch=40,
+                                **settings))
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_gradient_checkpointing_gives_the_same_gradients(monkeypatch):
+    plain = _one_step(monkeypatch, gradient_checkpointing=False)
+    checkpointed = _one_step(monkeypatch, gradient_checkpointing=True)
+    _same_step(plain, checkpointed)
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_gradient_checkpointing_is_on_in_the_learners_model():
+    algo = embedded_config("ppo", gradient_checkpointing=True, **SHAPE).build_algo()
+    try:
+        model = algo.learner_group._learner.module["default_policy"].model
+        assert model.is_gradient_checkpointing
+        runner_model = algo.env_runner_group.local_env_runner.module.model
+        assert runner_model is model  # one process: the sampler shares it (no grad there)
+    finally:
+        algo.stop()
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_no_forward_exceeds_the_token_budget_however_large_the_batch(monkeypatch):
+    """Training forwards and every scoring pass (old, reference) stay within the budget: at 32
+    and at 128 responses the largest forward is under 64 tokens; the larger batch takes more
+    forwards, not larger ones."""
+    sizes: list[int] = []
+    real = RLVRModule._token_logp
+
+    def record(self, model, batch, hidden=None, **kw):
+        sizes.append(batch["input_ids"].numel())
+        return real(self, model, batch, hidden, **kw)
+
+    monkeypatch.setattr(RLVRModule, "_token_logp", record)
+    counts = []
+    for prompts in (8, 32):
+        sizes.clear()
+        algo = embedded_config("ppo", **{**SHAPE, "rollout_batch_size": prompts},
+                               max_tokens_per_micro_batch=64, use_kl_loss=True,
+                               recompute_old_logp=True).build_algo()
+        algo.train()
+        algo.stop()
+        assert 32 < max(sizes) <= 64
+        counts.append(len(sizes))
+    assert counts[1] > 3 * counts[0]

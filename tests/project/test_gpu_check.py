@@ -1,0 +1,66 @@
+"""`benchmarks/gpu_check.py --small`: the GPU check's code paths on the CPU, so the script a GPU
+loan runs has not rotted by the time one comes. Here every process must report the CPU (no GPU is
+given), and the 403M-shape comparison must have run our side and run or skipped TRL's."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ROLES = {"learner", "env runner 0", "env runner 1"}
+OURS_BUDGET = 2048  # --ours-set: not the default (4096), so the report shows it arrived
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> dict:
+    path = tmp_path_factory.mktemp("gpu_check") / "report.json"
+    run = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--small", "--json",
+                          str(path), "--ours-set", f"max_tokens_per_micro_batch={OURS_BUDGET}"],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "GPU check passed" in run.stdout
+    return json.loads(path.read_text())
+
+
+def test_every_placement_reports_each_process_on_the_cpu(report):
+    placements = {row["placement"]: row for row in report["placements"]}
+    assert set(placements) == {"one process", "local learner + remote runner",
+                               "remote learner + remote runner"}
+    for name, row in placements.items():
+        assert "error" not in row, (name, row)
+        roles = {p["role"] for p in row["processes"]}
+        assert roles == (ROLES - {"env runner 1"} if name == "one process" else ROLES), name
+        for p in row["processes"]:
+            assert p["device"] == "cpu" and p["gpu_given"] is not True, (name, p)
+        assert row["problems"] == [] and 0 <= row["before"] <= 1 and row["s_per_iteration"] > 0
+    one = placements["one process"]["processes"]
+    assert len({p["pid"] for p in one}) == 1  # learner and sampler in the driver
+    remote = placements["remote learner + remote runner"]["processes"]
+    assert len({p["pid"] for p in remote}) == 3  # driver, learner actor, env runner actor
+
+
+def test_the_shape_ran_our_side_and_ran_or_skipped_trls(report):
+    shape = report["shape"]
+    ours, trl = shape["ours"], shape["trl"]
+    assert "error" not in ours, ours
+    assert ours["update_s"] > 0 and ours["full_length"] is True
+    assert set(ours["memory"]) == {"learner (driver)", "env runner 1"}
+    assert all(m["rss_gib"] > 0 for m in ours["memory"].values())
+    assert ours["mfu"] is None  # no GPU peak on the CPU
+    assert ours["settings"]["max_tokens_per_micro_batch"] == OURS_BUDGET
+    if "skipped" in trl:
+        assert trl["skipped"]  # the reason
+    else:
+        assert "error" not in trl, trl
+        assert trl["update_s"] > 0 and trl["full_length"] is True
+        assert shape["comparison"]["time_ratio"] > 0
+    assert report["failures"] == []
