@@ -96,6 +96,33 @@ def test_files_that_are_not_config_files(tmp_path):
     assert "neither an rllib_llm file" in message and "'nonsense'" in message
 
 
+@pytest.mark.parametrize(("text", "expected"), [
+    # ROLL's off-policy guide flattened: its global block and actor_train both say pg_variant
+    ("pg_variant: topr\nppo_epochs: 1\npg_variant: cispo\n",
+     "key 'pg_variant' is given twice in one mapping (lines 1 and 3); keep one"),
+    ("training: {lr: 1e-5}\nrun: {iterations: 3}\ntraining: {lr: 2e-5}\n",
+     "key 'training' is given twice in one mapping (lines 1 and 3)"),
+    ("training:\n  lr: 1e-5\n  ppo_epochs: 2\n  lr: 2e-5\n",
+     "key 'lr' is given twice in one mapping (lines 2 and 4)"),
+    ("evaluation: {evaluation_config: {temperature: 0, temperature: 1}}\n",
+     "key 'temperature' is given twice in one mapping (lines 1 and 1)"),
+])
+def test_a_key_given_twice_is_an_error_naming_both_lines(tmp_path, text, expected):
+    message = error_of(write(tmp_path, text))
+    assert expected in message and "\n" not in message
+
+
+def test_a_run_directorys_settings_are_read_with_the_same_loader(tmp_path):
+    from rllib_llm.cli.tune_runs import RUN_FILE
+    from rllib_llm.cli.tune_runs import read_run_file as read_run_dir
+
+    (tmp_path / RUN_FILE).write_text("training: {lr: 1e-5}\ntraining: {lr: 2e-5}\n")
+    with pytest.raises(ValueError, match="key 'training' is given twice"):
+        read_run_dir(tmp_path)
+    (tmp_path / RUN_FILE).write_text("training: {lr: 1e-5}\n")
+    assert read_run_dir(tmp_path) == {"training": {"lr": 1e-5}}
+
+
 def test_a_roll_file_is_mapped_reported_and_sized_for_the_embedded_model():
     run_file = read_run_file(EXAMPLES / "roll_topr.yaml")
     assert "ROLL config: mapped" in run_file.roll_report

@@ -205,3 +205,15 @@ def test_rolls_topr_doc_with_its_placeholders_fails_naming_the_first():
     text = ROLL_TOPR.read_text().replace("positive_loss_coef: 1.0", "positive_loss_coef: x_1")
     with pytest.raises(ValueError, match=r"positive_loss_coef='x_1' is invalid"):
         load_roll_config(text)
+
+
+def test_a_roll_yaml_with_a_key_twice_fails_naming_it_and_both_lines():
+    # ROLL's off-policy guide flattened: pg_variant in its global block and in actor_train's.
+    text = "pg_variant: topr\nadv_estimator: reinforce\npg_variant: topr\n"
+    with pytest.raises(ValueError, match=r"key 'pg_variant' is given twice in one mapping "
+                                         r"\(lines 1 and 3\); keep one"):
+        load_roll_config(text)
+
+
+def test_a_roll_yaml_reads_1e_minus_6_as_a_number():
+    assert load_roll_config("init_kl_coef: 1e-3\n").settings["init_kl_coef"] == 1e-3

@@ -39,6 +39,7 @@ from types import MappingProxyType
 from typing import Any
 
 from rllib_llm.algorithm.fields import ALIASES, FIELDS_BY_NAME, boolean, positive, rule_broken
+from rllib_llm.algorithm.yaml_loader import parse_yaml
 
 # The ROLL source this mapping was read from (its defaults, its loss and reward code).
 ROLL_COMMIT = "8eb27cc2dc34c4d1310b169d9b86d339004d811a"
@@ -199,15 +200,14 @@ def load_roll_config(source: str | Path | Mapping[str, Any], *, strict: bool = F
 
 
 def read_roll_source(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
-    """The config as a dict: `source` itself, a YAML file's contents, or a YAML string parsed."""
-    import yaml
-
+    """The config as a dict: `source` itself, a YAML file's contents, or a YAML string parsed
+    (`yaml_loader`: `1e-6` is a number, a key given twice an error)."""
     if isinstance(source, Mapping):
         return dict(source)
     if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and (
             source.endswith((".yaml", ".yml")) or Path(source).is_file())):
         source = Path(source).read_text()
-    data = yaml.safe_load(source)
+    data = parse_yaml(source)
     if not isinstance(data, dict):
         raise ValueError(f"a ROLL config must be a YAML mapping of field: value, got "
                          f"{type(data).__name__}: {data!r:.80}")

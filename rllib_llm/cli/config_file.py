@@ -15,7 +15,8 @@ it and reports what it cannot map). `--set section.key=value` (or `--set field=v
 fields.py field or a run setting) overrides a file's value; values are YAML.
 
 Errors name the file, the setting and the rule. Numbers such as `1e-5` read as floats (PyYAML's
-YAML 1.1 would read a string).
+YAML 1.1 would read a string), and a key given twice in one mapping is an error naming both lines
+(algorithm/yaml_loader.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from __future__ import annotations
 import copy
 import difflib
 import inspect
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from rllib_llm.algorithm.fields import ALIASES, FIELDS_BY_NAME, rule_broken
+from rllib_llm.algorithm.yaml_loader import parse_yaml
 from rllib_llm.cli.run_settings import (
     RUN_FIELDS_BY_NAME,
     TUNE_FIELDS_BY_NAME,
@@ -61,25 +62,6 @@ ROLL_RUN_FIELDS = {
 
 class ConfigFileError(ValueError):
     """A config file (or a --set) that cannot be run: the message names file, setting and rule."""
-
-
-class _Loader(yaml.SafeLoader):
-    """YAML with YAML 1.2's floats: `1e-5` is a number, as every user means it."""
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-                   |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-                   |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
-                   |[-+]?\.(?:inf|Inf|INF)
-                   |\.(?:nan|NaN|NAN))$""", re.X),
-    list("-+0123456789."),
-)
-
-
-def parse_yaml(text: str) -> Any:
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
 
 
 @dataclass
