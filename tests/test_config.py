@@ -41,6 +41,10 @@ def test_every_critic_free_variant_validates(variant):
         ("adv_estimator", "vtrace", "must be one of"),
         ("kl_loss_kind", "k4", "must be one of"),
         ("kl_penalty", "k9", "must be one of"),
+        # ROLL's documented option, refused as what it is
+        ("kl_penalty", "full", r"it is not implemented in rllib_llm: 'full' \(ROLL's exact KL "
+                               r"over the whole vocabulary\) needs every token's logits.*use 'kl'"),
+        ("kl_loss_kind", "full", "is not implemented in rllib_llm"),
         ("pg_clip", -0.1, "must be a number > 0"),
         ("pg_clip_high", 0.0, r"must be a number > 0 \(or None\)"),
         ("response_length", 0, "must be an integer >= 1"),
