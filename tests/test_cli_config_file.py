@@ -88,6 +88,29 @@ def test_each_mistake_gets_an_error_naming_the_file_the_setting_and_the_rule(
         assert str(path) in message
 
 
+@pytest.mark.parametrize(("sets", "expected"), [
+    (["evaluation.evaluation_config.eval_num_problem=5"],
+     "RLVRConfig.evaluation_config has an unknown setting 'eval_num_problem'. Did you mean "
+     "eval_num_problems"),
+    (["evaluation.evaluation_config.temperature=-1"],
+     "RLVRConfig.evaluation_config['temperature']=-1 is invalid: it must be a number >= 0."),
+    (["evaluation.evaluation_config.eval_num_samples=0"],
+     "RLVRConfig.evaluation_config['eval_num_samples']=0 is invalid: it must be an integer >= 1."),
+    (["evaluation.evaluation_interval=-1"], "RLVRConfig.evaluation_interval=-1 is invalid"),
+])
+def test_evaluation_settings_fail_the_dry_run(tmp_path, capsys, sets, expected):
+    path = write(tmp_path, """
+        environment: {env: math_verify, env_config: {dataset: arithmetic}}
+        evaluation: {evaluation_interval: 5}
+    """)
+    argv = ["train", str(path), "--dry-run", "--run-dir", str(tmp_path / "run")]
+    for item in sets:
+        argv += ["--set", item]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert expected in err and err.count("\n") == 1
+
+
 def test_files_that_are_not_config_files(tmp_path):
     assert "no such file" in error_of(tmp_path / "missing.yaml")
     assert "not valid YAML" in error_of(write(tmp_path, "training: [1, 2"))

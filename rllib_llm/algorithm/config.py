@@ -97,6 +97,15 @@ class RLVRConfig(AlgorithmConfig):
         super().env_runners(**kwargs)
         return self
 
+    def evaluation(self, **kwargs) -> RLVRConfig:
+        """RLlib's evaluation(); an `evaluation_config` dict may set only known settings (ours,
+        their aliases, RLlib's): a misspelt one is an error here, not ignored."""
+        overrides = kwargs.get("evaluation_config")
+        if isinstance(overrides, dict):
+            config_rules.check_evaluation_config_keys(self, overrides)
+        super().evaluation(**kwargs)
+        return self
+
     def to_dict(self) -> dict[str, Any]:
         # Tune sends the config to its trial's process as this dict: the user's registrations go
         # along (validate() files them there before checking the names).
