@@ -529,6 +529,17 @@ ALIASES: dict[str, str] = {
     "postive_loss_coef": "positive_loss_coef",  # ROLL's own spelling
     "num_epochs": "ppo_epochs",  # RLlib's name: passes over the batch, the same meaning
 }
+# Whose name each alias is, for messages.
+ALIAS_ORIGINS: dict[str, str] = {
+    "max_new_tokens": "ROLL's name", "postive_loss_coef": "ROLL's spelling",
+    "num_epochs": "RLlib's name",
+}
+
+
+def alias_note(*keys: str) -> str:
+    """'num_epochs is RLlib's name for ppo_epochs' for the aliases among `keys` (one setting's
+    names), for messages about an alias given with its field."""
+    return "; ".join(f"{k} is {ALIAS_ORIGINS[k]} for {ALIASES[k]}" for k in keys if k in ALIASES)
 
 
 def rule_broken(name: str, value: Any, *, in_evaluation: bool = False) -> str | None:
