@@ -25,7 +25,13 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from rllib_llm import core
 from rllib_llm.algorithm import config_rules
 from rllib_llm.algorithm.config_rules import RLLIB_REPLACED, check_lr
-from rllib_llm.algorithm.fields import ALIASES, FIELDS, FIELDS_BY_NAME, check_field
+from rllib_llm.algorithm.fields import (
+    ALIASES,
+    FIELDS,
+    FIELDS_BY_NAME,
+    alias_note,
+    check_field,
+)
 
 
 class RLVRConfig(AlgorithmConfig):
@@ -65,13 +71,18 @@ class RLVRConfig(AlgorithmConfig):
     # --- setting fields -------------------------------------------------------------------------
     def training(self, **kwargs) -> RLVRConfig:
         """Set RLVR fields (see fields.py), ROLL aliases, or any RLlib `training()` argument."""
-        ours = {}
+        ours, given_as = {}, {}
         rllib_params = inspect.signature(AlgorithmConfig.training).parameters
         for key in list(kwargs):
-            if key in ALIASES:
-                ours[ALIASES[key]] = kwargs.pop(key)
-            elif key in FIELDS_BY_NAME:
-                ours[key] = kwargs.pop(key)
+            if key in ALIASES or key in FIELDS_BY_NAME:
+                name = ALIASES.get(key, key)
+                if name in given_as:  # an alias and its field: which one wins must not be order
+                    raise ValueError(
+                        f"RLVRConfig.training() got {given_as[name]}={ours[name]!r} and "
+                        f"{key}={kwargs[key]!r}, which both set {name} ("
+                        f"{alias_note(given_as[name], key)}); set only {name}."
+                    )
+                ours[name], given_as[name] = kwargs.pop(key), key
             elif key not in rllib_params:
                 close = difflib.get_close_matches(key, [*FIELDS_BY_NAME, *ALIASES], n=3)
                 hint = f" Did you mean {', '.join(close)}?" if close else ""
@@ -95,6 +106,15 @@ class RLVRConfig(AlgorithmConfig):
         for key in ours:
             setattr(self, key, kwargs.pop(key))
         super().env_runners(**kwargs)
+        return self
+
+    def evaluation(self, **kwargs) -> RLVRConfig:
+        """RLlib's evaluation(); an `evaluation_config` dict may set only known settings (ours,
+        their aliases, RLlib's): a misspelt one is an error here, not ignored."""
+        overrides = kwargs.get("evaluation_config")
+        if isinstance(overrides, dict):
+            config_rules.check_evaluation_config_keys(self, overrides)
+        super().evaluation(**kwargs)
         return self
 
     def to_dict(self) -> dict[str, Any]:

@@ -114,6 +114,16 @@ def _core_names(kind: str) -> Callable[[], tuple[str, ...]]:
     return names
 
 
+def kl_kind(v: Any) -> str | None:
+    """A per-token KL estimator's name; ROLL's 'full' is refused as what it is, not implemented."""
+    why = one_of(_core_names("kl_kind"))(v)
+    if why is not None and v == "full":
+        return ("is not implemented in rllib_llm: 'full' (ROLL's exact KL over the whole "
+                "vocabulary) needs every token's logits, and the KL here is estimated from the "
+                "sampled tokens' log-probs; use 'kl' (k1), 'mse' (k2), 'k3' or 'abs'")
+    return why
+
+
 def _core_tuple(name: str) -> Callable[[], tuple[str, ...]]:
     """A tuple of built-in names exported by rllib_llm.core, read when checked."""
 
@@ -414,12 +424,12 @@ FIELDS: tuple[Field, ...] = (
     Field("use_kl_loss", True, "Add a KL(policy || reference) term to the loss.", boolean, "kl"),
     Field("kl_loss_coef", 0.001, "Coefficient of the KL loss.", non_negative, "kl"),
     Field("kl_loss_kind", "k3", "KL estimator of the KL loss: kl/k1, abs, mse/k2, k3/low_var_kl.",
-          one_of(_core_names("kl_kind")), "kl"),
+          kl_kind, "kl"),
     Field("add_token_level_kl", False,
           "Subtract beta * KL(old || reference) from each token's reward (REINFORCE++).", boolean,
           "kl"),
     Field("kl_penalty", "kl", "KL estimator of the KL-in-reward: kl, abs, mse, k3, ... .",
-          one_of(_core_names("kl_kind")), "kl"),
+          kl_kind, "kl"),
     Field("init_kl_coef", 0.2, "beta of the KL-in-reward (initial value when adaptive).",
           non_negative, "kl"),
     Field("target_kl", None, "Adaptive beta's target KL; None = fixed beta.", optional(positive),
@@ -519,6 +529,17 @@ ALIASES: dict[str, str] = {
     "postive_loss_coef": "positive_loss_coef",  # ROLL's own spelling
     "num_epochs": "ppo_epochs",  # RLlib's name: passes over the batch, the same meaning
 }
+# Whose name each alias is, for messages.
+ALIAS_ORIGINS: dict[str, str] = {
+    "max_new_tokens": "ROLL's name", "postive_loss_coef": "ROLL's spelling",
+    "num_epochs": "RLlib's name",
+}
+
+
+def alias_note(*keys: str) -> str:
+    """'num_epochs is RLlib's name for ppo_epochs' for the aliases among `keys` (one setting's
+    names), for messages about an alias given with its field."""
+    return "; ".join(f"{k} is {ALIAS_ORIGINS[k]} for {ALIASES[k]}" for k in keys if k in ALIASES)
 
 
 def rule_broken(name: str, value: Any, *, in_evaluation: bool = False) -> str | None:

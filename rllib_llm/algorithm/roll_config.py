@@ -33,12 +33,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from rllib_llm.algorithm.fields import ALIASES, FIELDS_BY_NAME, boolean, positive, rule_broken
+from rllib_llm.algorithm.yaml_loader import parse_yaml
 
 # The ROLL source this mapping was read from (its defaults, its loss and reward code).
 ROLL_COMMIT = "8eb27cc2dc34c4d1310b169d9b86d339004d811a"
@@ -62,9 +63,12 @@ RENAMED: Mapping[str, str] = MappingProxyType({
     "pretrain": "model_name_or_path",
     "entropy_loss_coef": "entropy_coef",  # ROLL subtracts it times the entropy: a bonus, as ours
     "max_grad_norm": "grad_clip",  # RLlib's global-norm clip, RLVRConfig's default 1.0 as ROLL's
+    # actor_train.training_args' learning rate, where a file gives it at the top level (ROLL's
+    # off-policy guide, flattened); nested in actor_train it is reported with the role
+    "learning_rate": "lr",
 })
 # RLlib settings a ROLL field maps onto (not in fields.py), with their rule.
-RLLIB_RULES = MappingProxyType({"grad_clip": positive})
+RLLIB_RULES = MappingProxyType({"grad_clip": positive, "lr": positive})
 
 # ROLL fields read together by the helpers below, not one by one.
 REWARD_NORM_KEYS = ("reward_norm", "reward_shift", "reward_scale")
@@ -144,12 +148,31 @@ class RollConfig:
     mapped: tuple[Mapped, ...]
     defaults: dict[str, Any]
     unmapped: tuple[Unmapped, ...]
+    derived: tuple[str, ...] = ()  # settings derived from others (dual_clip_c from pg_clip)
 
     def to_rlvr_config(self, **overrides: Any):
-        """An RLVRConfig with these settings, then `overrides` (any training field) on top."""
+        """An RLVRConfig with these settings, then `overrides` (any training field, or alias) on
+        top; a derived setting the overrides leave alone is derived again from the final values
+        (dual_clip_c = 1 + 2 pg_clip with an overridden pg_clip)."""
         from rllib_llm.algorithm.config import RLVRConfig
 
-        return RLVRConfig().training(**{**self.settings, **overrides})
+        overrides = {ALIASES.get(k, k): v for k, v in overrides.items()}
+        settings = {**self.settings, **overrides}
+        for name in self.derived:
+            if name not in overrides:
+                del settings[name]
+        derived = _dual_clip_c(settings, overrides) if "dual_clip_c" in self.derived else None
+        if derived:
+            settings.update(derived.ours)
+        return RLVRConfig().training(**settings)
+
+    def source_of(self, name: str) -> str | None:
+        """The field(s) of the file (or its overrides) that set our setting `name` (None: ROLL's
+        default, or nothing)."""
+        for m in self.mapped:
+            if name in m.ours:
+                return ", ".join(m.roll)
+        return None
 
     def report(self) -> str:
         """What was mapped onto what, ROLL's defaults used, and every field not mapped, why."""
@@ -170,18 +193,30 @@ def _pairs(d: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in d.items())
 
 
-def load_roll_config(source: str | Path | Mapping[str, Any], *, strict: bool = False
-                     ) -> RollConfig:
+def load_roll_config(source: str | Path | Mapping[str, Any], *, strict: bool = False,
+                     overrides: Mapping[str, Any] | None = None) -> RollConfig:
     """Read a ROLL RLVR config (a YAML path, a YAML string or a dict) as our settings.
+
+    overrides: ROLL fields (or our names) that replace the file's before anything is checked or
+    derived (the CLI's --set): a placeholder such as `x_1` can be filled this way, and
+    dual_clip_c follows an overridden pg_clip. One replaces the file's field of the same setting
+    under another name too (max_new_tokens replaces response_length). Reported as overrides.
 
     Raises ValueError naming the field and the value for a value our rule rejects (a placeholder
     such as `x_1`), for two fields that set one setting, for a combination ROLL means otherwise
     than we could run it, and, with strict=True, for any field it cannot map.
     """
     data = read_roll_source(source)
+    overrides = dict(overrides or {})
+    if overrides:
+        replaced = {roll_setting(k) for k in overrides}
+        data = {k: v for k, v in data.items() if roll_setting(k) not in replaced}
+        data.update(overrides)
     single = {k: v for k, v in data.items() if k not in COMBINED_KEYS}
     mapped = [_map_field(key, value) for key, value in single.items() if _our_name(key)]
     mapped += _combined_fields(data, _file_estimator(data))
+    mapped = [replace(m, note="; ".join(filter(None, ["an override of the file", m.note])))
+              if overrides.keys() & m.roll.keys() else m for m in mapped]
     unmapped = tuple(Unmapped(k, v, unmapped_reason(k)) for k, v in single.items()
                      if not _our_name(k))
     if strict and unmapped:
@@ -195,23 +230,34 @@ def load_roll_config(source: str | Path | Mapping[str, Any], *, strict: bool = F
         settings.update(derived.ours)
         mapped.append(derived)
     _check_reward_clip(settings)
-    return RollConfig(settings, tuple(mapped), defaults, unmapped)
+    return RollConfig(settings, tuple(mapped), defaults, unmapped,
+                      tuple(derived.ours) if derived else ())
 
 
 def read_roll_source(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
-    """The config as a dict: `source` itself, a YAML file's contents, or a YAML string parsed."""
-    import yaml
-
+    """The config as a dict: `source` itself, a YAML file's contents, or a YAML string parsed
+    (`yaml_loader`: `1e-6` is a number, a key given twice an error)."""
     if isinstance(source, Mapping):
         return dict(source)
     if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and (
             source.endswith((".yaml", ".yml")) or Path(source).is_file())):
         source = Path(source).read_text()
-    data = yaml.safe_load(source)
+    data = parse_yaml(source)
     if not isinstance(data, dict):
         raise ValueError(f"a ROLL config must be a YAML mapping of field: value, got "
                          f"{type(data).__name__}: {data!r:.80}")
     return data
+
+
+def is_roll_field(key: str) -> bool:
+    """Whether the loader reads ROLL field `key` (on its own or with the fields it goes with)."""
+    return _our_name(key) is not None or key in COMBINED_KEYS
+
+
+def roll_setting(key: str) -> str:
+    """What ROLL field `key` sets: our setting's name, or the field itself for the ones read
+    together (reward_norm, ...) and the ones not mapped."""
+    return _our_name(key) or key
 
 
 def _our_name(key: str) -> str | None:
@@ -240,7 +286,8 @@ def check_roll_value(key: str, ours: str, value: Any) -> None:
     if why is None:
         return
     where = "" if key == ours else f" (RLVRConfig.{ours})"
-    hint = (" It is a placeholder of ROLL's documentation: replace it with a value."
+    hint = (f" It is a placeholder of ROLL's documentation: replace it with a value (in the "
+            f"file, or with rllib-llm train's --set {key}=VALUE)."
             if isinstance(value, str) and _PLACEHOLDER.fullmatch(value) else "")
     raise ValueError(f"ROLL config field {key}={value!r}{where} is invalid: it {why}.{hint}")
 

@@ -15,7 +15,8 @@ it and reports what it cannot map). `--set section.key=value` (or `--set field=v
 fields.py field or a run setting) overrides a file's value; values are YAML.
 
 Errors name the file, the setting and the rule. Numbers such as `1e-5` read as floats (PyYAML's
-YAML 1.1 would read a string).
+YAML 1.1 would read a string), and a key given twice in one mapping is an error naming both lines
+(algorithm/yaml_loader.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from __future__ import annotations
 import copy
 import difflib
 import inspect
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +31,8 @@ from typing import Any
 
 import yaml
 
-from rllib_llm.algorithm.fields import ALIASES, FIELDS_BY_NAME, rule_broken
+from rllib_llm.algorithm.fields import ALIASES, FIELDS_BY_NAME, alias_note, rule_broken
+from rllib_llm.algorithm.yaml_loader import parse_yaml
 from rllib_llm.cli.run_settings import (
     RUN_FIELDS_BY_NAME,
     TUNE_FIELDS_BY_NAME,
@@ -61,25 +62,6 @@ ROLL_RUN_FIELDS = {
 
 class ConfigFileError(ValueError):
     """A config file (or a --set) that cannot be run: the message names file, setting and rule."""
-
-
-class _Loader(yaml.SafeLoader):
-    """YAML with YAML 1.2's floats: `1e-5` is a number, as every user means it."""
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-                   |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-                   |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
-                   |[-+]?\.(?:inf|Inf|INF)
-                   |\.(?:nan|NaN|NAN))$""", re.X),
-    list("-+0123456789."),
-)
-
-
-def parse_yaml(text: str) -> Any:
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
 
 
 @dataclass
@@ -146,10 +128,16 @@ def read_run_file(path: str | Path, sets: list[str] = (), *, strict: bool = Fals
             f"{path}: {_names(stray)} at the top level next to the section(s) {_names(ours)}: "
             f"settings go inside a section ({', '.join(SECTIONS)}); a ROLL config has no "
             f"sections.{_did_you_mean(stray[0], SECTIONS)}")
-    run_file = _read_ours(path, data) if ours else _read_roll(path, data, strict)
-    for item in sets:
-        _apply_set(run_file, item)
+    if ours:
+        run_file, later = _read_ours(path, data), list(sets)
+    else:  # ROLL's fields given by --set are read with the file's, before its rules and derivations
+        roll_sets, later = _roll_sets(sets)
+        run_file = _read_roll(path, data, strict, roll_sets)
+    set_by: dict[tuple[str, str], str] = {}
+    for item in later:
+        _apply_set(run_file, item, set_by)
     _check_sections(run_file, allow_search_spaces)
+    _canonical_names(run_file)
     return run_file
 
 
@@ -162,18 +150,55 @@ def _read_ours(path: Path, data: dict[str, Any]) -> RunFile:
             raise ConfigFileError(f"{path}: section {name!r} must be a mapping of "
                                   f"setting: value, got {values!r:.80}")
         sections[name] = dict(values)
+    names: dict[str, str] = {}
+    for key in sections.get("training", {}):
+        name = ALIASES.get(key, key)
+        if name in names:
+            raise ConfigFileError(
+                f"{path}: training.{names[name]} and training.{key} both set {name} "
+                f"({alias_note(names[name], key)}); keep one.")
+        names[name] = key
     return RunFile(path, sections)
 
 
-def _read_roll(path: Path, data: dict[str, Any], strict: bool) -> RunFile:
-    """A ROLL file: its algorithm fields through load_roll_config, its run management here, and
-    for the embedded model (a file that names none) the sizes it can take, each said."""
-    from rllib_llm.algorithm.roll_config import load_roll_config
+def _roll_sets(sets: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """The --set items that name a ROLL field (`field=value` or `training.field=value`), as the
+    field -> value overrides of a ROLL file, and the other items."""
+    from rllib_llm.algorithm.roll_config import is_roll_field, roll_setting
+
+    overrides: dict[str, Any] = {}
+    set_by: dict[str, str] = {}  # setting -> the --set item that gave it
+    later = []
+    for item in sets:
+        key, _, raw = item.partition("=")
+        parts = key.split(".")
+        if parts[0] == "training":
+            parts = parts[1:]
+        if len(parts) != 1 or not is_roll_field(parts[0]):
+            later.append(item)
+            continue
+        name = roll_setting(parts[0])
+        other = set_by.setdefault(name, item)
+        if _set_name(other) != parts[0]:
+            raise ConfigFileError(
+                f"--set {other} and --set {item} both set {name} "
+                f"({alias_note(_set_name(other), parts[0])}); keep one.")
+        set_by[name] = item
+        overrides[parts[0]] = _set_value(item, raw)
+    return overrides, later
+
+
+def _read_roll(path: Path, data: dict[str, Any], strict: bool,
+               overrides: dict[str, Any]) -> RunFile:
+    """A ROLL file: its algorithm fields (with `overrides`, ROLL fields given by --set) through
+    load_roll_config, its run management here, and for the embedded model (a file that names
+    none) the sizes it can take, each said, but for what --set gave."""
+    from rllib_llm.algorithm.roll_config import load_roll_config, roll_setting
     from rllib_llm.recipes.embedded import EMBEDDED_ROLL_ENV, EMBEDDED_ROLL_OVERRIDES
 
     run_fields = {k: data.pop(k) for k in list(data) if k in ROLL_RUN_FIELDS}
     try:
-        roll = load_roll_config(data, strict=strict)
+        roll = load_roll_config(data, strict=strict, overrides=overrides)
     except ValueError as e:
         raise ConfigFileError(f"{path}: {e}") from e
     if not roll.mapped:
@@ -187,17 +212,31 @@ def _read_roll(path: Path, data: dict[str, Any], strict: bool) -> RunFile:
         sections.setdefault(section, {})[name] = value
         notes.append(f"ROLL {key}: {value!r} -> {section}.{name}")
     if "model_name_or_path" not in roll.settings:
+        given = {roll_setting(k): k for k in overrides}
         for name, value in EMBEDDED_ROLL_OVERRIDES.items():
-            notes.append(f"override for the embedded model: {name}: "
-                         f"{roll.settings.get(name, '(not in the file)')!r} -> {value!r}")
+            if name in given:
+                notes.append(f"no override for the embedded model: {name}: "
+                             f"{roll.settings[name]!r}, given by --set {given[name]}")
+                continue
+            source = roll.source_of(name)  # the file's name of the setting, or None
+            if source is not None:
+                was = f"{source}: {roll.settings[name]!r}"
+            elif name in roll.defaults:
+                was = f"{name}: {roll.settings[name]!r} (ROLL's default)"
+            else:
+                was = f"{name}: {'(not in the file)'!r}"
+            notes.append(f"override for the embedded model: {was} -> "
+                         f"{'' if source in (None, name) else name + ': '}{value!r}")
             sections["training"][name] = value
         sections["environment"] = copy.deepcopy(EMBEDDED_ROLL_ENV)
         notes.append(f"environment for the embedded model: {EMBEDDED_ROLL_ENV}")
     return RunFile(path, sections, roll_report=roll.report(), notes=notes)
 
 
-def _apply_set(run_file: RunFile, item: str) -> None:
-    """`section.key[.subkey...]=value`, or `name=value` for a training or run setting."""
+def _apply_set(run_file: RunFile, item: str, set_by: dict[tuple[str, str], str]) -> None:
+    """`section.key[.subkey...]=value`, or `name=value` for a training or run setting. It
+    replaces the file's value, under whichever name (an alias or its field) the file gave it;
+    two --set of one setting under two names are an error (`set_by`: which item set what)."""
     key, sep, raw = item.partition("=")
     if not sep or not key:
         raise ConfigFileError(f"--set {item!r}: expected key=value, e.g. --set training.lr=1e-5")
@@ -214,16 +253,48 @@ def _apply_set(run_file: RunFile, item: str) -> None:
     if len(parts) < 2:
         raise ConfigFileError(f"--set {key}: name a setting inside the section, e.g. "
                               f"{key}.<setting>=value")
-    try:
-        value = parse_yaml(raw)
-    except yaml.YAMLError as e:
-        raise ConfigFileError(f"--set {item!r}: the value is not valid YAML: {e}") from e
+    value = _set_value(item, raw)
     target = run_file.sections.setdefault(parts[0], {})
     for part in parts[1:-1]:
         target = target.setdefault(part, {})
         if not isinstance(target, dict):
             raise ConfigFileError(f"--set {key}: {part} is not a mapping in {run_file.path}")
-    target[parts[-1]] = value
+    name = parts[-1]
+    if parts[0] == "training" and len(parts) == 2 and ALIASES.get(name, name) in FIELDS_BY_NAME:
+        setting = ALIASES.get(name, name)
+        other = set_by.setdefault((parts[0], setting), item)
+        if _set_name(other) != name:
+            raise ConfigFileError(
+                f"--set {other} and --set {item} both set {setting} "
+                f"({alias_note(_set_name(other), name)}); keep one.")
+        set_by[(parts[0], setting)] = item
+        for given in [k for k in target if k != name and ALIASES.get(k, k) == setting]:
+            del target[given]  # the file's value under the other name: --set replaces it
+    target[name] = value
+
+
+def _set_name(item: str) -> str:
+    """The setting's name in a --set item ("training.num_epochs=2" -> "num_epochs")."""
+    return item.partition("=")[0].rsplit(".", 1)[-1]
+
+
+def _set_value(item: str, raw: str) -> Any:
+    try:
+        return parse_yaml(raw)
+    except yaml.YAMLError as e:
+        raise ConfigFileError(f"--set {item!r}: the value is not valid YAML: {e}") from e
+
+
+def _canonical_names(run_file: RunFile) -> None:
+    """Training settings given under an alias (RLlib's num_epochs, ROLL's max_new_tokens) go
+    under their field's name, each said ("num_epochs -> ppo_epochs: 2")."""
+    training = run_file.sections.get("training")
+    if not training or not any(k in ALIASES for k in training):
+        return
+    for key, value in training.items():
+        if key in ALIASES:
+            run_file.notes.append(f"{key} -> {ALIASES[key]}: {value!r}")
+    run_file.sections["training"] = {ALIASES.get(k, k): v for k, v in training.items()}
 
 
 def _check_sections(run_file: RunFile, allow_search_spaces: bool) -> None:

@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from rllib_llm.algorithm.yaml_loader import parse_yaml
+
 RUN_FILE = "rllib_llm_run.yaml"
 
 
@@ -133,7 +135,7 @@ def read_run_file(run_dir: Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(
             f"{run_dir} is not a run directory of `rllib-llm train` ({RUN_FILE} is missing)")
-    return yaml.safe_load(path.read_text())
+    return parse_yaml(path.read_text())
 
 
 def report_errors(results) -> int:

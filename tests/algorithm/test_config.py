@@ -41,6 +41,10 @@ def test_every_critic_free_variant_validates(variant):
         ("adv_estimator", "vtrace", "must be one of"),
         ("kl_loss_kind", "k4", "must be one of"),
         ("kl_penalty", "k9", "must be one of"),
+        # ROLL's documented option, refused as what it is
+        ("kl_penalty", "full", r"it is not implemented in rllib_llm: 'full' \(ROLL's exact KL "
+                               r"over the whole vocabulary\) needs every token's logits.*use 'kl'"),
+        ("kl_loss_kind", "full", "is not implemented in rllib_llm"),
         ("pg_clip", -0.1, "must be a number > 0"),
         ("pg_clip_high", 0.0, r"must be a number > 0 \(or None\)"),
         ("response_length", 0, "must be an integer >= 1"),
@@ -116,6 +120,30 @@ def test_roll_names_mean_what_they_mean_in_roll():
     assert cfg.response_length == 12
     from_dict = RLVRConfig().update_from_dict({"postive_loss_coef": 0.75, "pg_variant": "topr"})
     assert from_dict.positive_loss_coef == 0.75 and from_dict.pg_variant == "topr"
+
+
+@pytest.mark.parametrize("training, message", [
+    ({"response_length": 6, "max_new_tokens": 9},
+     r"^RLVRConfig.training\(\) got response_length=6 and max_new_tokens=9, which both set "
+     r"response_length \(max_new_tokens is ROLL's name for response_length\); set only "
+     r"response_length\.$"),
+    ({"max_new_tokens": 9, "response_length": 6}, r"got max_new_tokens=9 and response_length=6"),
+    ({"num_epochs": 2, "ppo_epochs": 3},
+     r"got num_epochs=2 and ppo_epochs=3, which both set ppo_epochs \(num_epochs is RLlib's name "
+     r"for ppo_epochs\); set only ppo_epochs"),
+    ({"postive_loss_coef": 1.0, "positive_loss_coef": 1.0},
+     r"got postive_loss_coef=1.0 and positive_loss_coef=1.0, which both set positive_loss_coef"),
+])
+def test_an_alias_and_its_field_in_one_call_are_an_error_naming_both(training, message):
+    # Which one won depended on the order of the keyword arguments.
+    with pytest.raises(ValueError, match=message):
+        RLVRConfig().training(**training)
+
+
+def test_a_later_call_overrides_an_earlier_one_under_either_name():
+    # Builder calls apply in turn, as for every setting (a preset, then the caller's overrides).
+    assert RLVRConfig().training(ppo_epochs=3).training(num_epochs=2).ppo_epochs == 2
+    assert RLVRConfig.preset("ppo", max_new_tokens=9).response_length == 9
 
 
 def test_rllib_num_epochs_sets_ppo_epochs_and_its_step_units_are_rejected():

@@ -101,6 +101,57 @@ def test_evaluation_config_may_decode_greedily_but_not_below_zero():
         negative.get_evaluation_config_object().validate()
 
 
+@pytest.mark.parametrize("overrides, message", [
+    ({"temprature": 0}, r"evaluation_config has an unknown setting 'temprature'\. Did you mean "
+                        r"temperature\?"),
+    ({"eval_num_problem": 5}, r"evaluation_config has an unknown setting 'eval_num_problem'\. "
+                              r"Did you mean eval_num_problems"),
+])
+def test_an_unknown_name_in_the_evaluation_config_is_refused_with_the_close_one(
+        overrides, message):
+    # RLlib sets any name on the evaluation config and nothing reads it: sampled at 1.0, 200
+    # problems scored. Refused where it is given, and by validate() (a dict set directly).
+    with pytest.raises(ValueError, match=message):
+        embedded_config(**TINY).evaluation(evaluation_config=overrides)
+    cfg = embedded_config(**TINY)
+    cfg.evaluation_config = overrides
+    with pytest.raises(ValueError, match=message):
+        cfg.validate()
+
+
+def test_the_evaluation_config_takes_ours_their_aliases_and_rllibs_names():
+    cfg = embedded_config(**TINY).evaluation(evaluation_config={
+        "temperature": 0, "max_new_tokens": 3, "eval_num_samples": 2, "explore": False,
+        "num_workers": 0})
+    cfg.validate()
+    ev = cfg.get_evaluation_config_object()
+    assert (ev.temperature, ev.response_length, ev.eval_num_samples) == (0, 3, 2)
+
+
+@pytest.mark.parametrize("evaluation, message", [
+    ({"evaluation_config": {"temperature": -1}},
+     r"^RLVRConfig.evaluation_config\['temperature'\]=-1 is invalid: it must be a number >= 0\.$"),
+    ({"evaluation_config": {"eval_num_samples": 0}},
+     r"^RLVRConfig.evaluation_config\['eval_num_samples'\]=0 is invalid: it must be an integer "
+     r">= 1\.$"),
+    ({"evaluation_config": {"kl_penalty": "full"}}, r"kl_penalty'\]='full' is invalid: it is not "
+                                                    r"implemented"),
+    # a rule between settings, in the evaluation config they make
+    ({"evaluation_config": {"tis_lower_bound": 3.0}},
+     r"^RLVRConfig.evaluation_config makes an invalid evaluation config: .*tis_lower_bound=3.0 "
+     r"exceeds tis_upper_bound"),
+    ({"evaluation_interval": -1}, r"^RLVRConfig.evaluation_interval=-1 is invalid: it must be an "
+                                  r"integer >= 1 \(evaluate every that many iterations\), or 0 "
+                                  r"or None"),
+    ({"evaluation_interval": 1.5}, r"evaluation_interval=1.5 is invalid"),
+])
+def test_evaluation_values_are_checked_with_the_config_not_when_it_is_built(evaluation, message):
+    cfg = embedded_config(**TINY).evaluation(**evaluation)
+    with pytest.raises(ValueError, match=message) as info:
+        cfg.validate()
+    assert "\n" not in str(info.value)
+
+
 # --- end to end ----------------------------------------------------------------------------------
 pytestmark_ray = pytest.mark.usefixtures("ray_session")  # tests/conftest.py
 

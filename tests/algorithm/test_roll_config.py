@@ -95,6 +95,39 @@ def test_dual_clip_constant_is_rolls_one_plus_twice_pg_clip():
     assert "dual_clip_c" not in settings(dual_clip_loss=False, pg_clip=0.3)
 
 
+def test_overrides_are_read_with_the_file_before_its_rules_and_derivations():
+    text = ROLL_TOPR.read_text().replace("positive_loss_coef: 1.0", "positive_loss_coef: x_1")
+    roll = load_roll_config(text, overrides={"positive_loss_coef": 2.0, "pg_clip": 0.3})
+    # the placeholder filled, dual_clip_c derived from the final pg_clip (ROLL: 1 + 2 pg_clip)
+    assert roll.settings["positive_loss_coef"] == 2.0
+    assert roll.settings["dual_clip_c"] == pytest.approx(1.6)
+    report = roll.report()
+    assert "pg_clip=0.3  (an override of the file)" in report
+    assert "dual_clip_loss=True, pg_clip=0.3 -> dual_clip_c=1.6" in report
+    # an override under another name replaces the file's field of that setting
+    assert load_roll_config(ROLL_PPO, overrides={"max_new_tokens": 9}).settings[
+        "response_length"] == 9
+    assert "dual_clip_c" not in load_roll_config(ROLL_PPO, overrides={
+        "dual_clip_loss": False}).settings
+
+
+def test_to_rlvr_config_derives_dual_clip_c_again_from_the_final_pg_clip():
+    roll = load_roll_config(ROLL_PPO)
+    assert roll.to_rlvr_config().dual_clip_c == pytest.approx(1.4)
+    assert roll.to_rlvr_config(pg_clip=0.3).dual_clip_c == pytest.approx(1.6)
+    assert roll.to_rlvr_config(pg_clip=0.3, dual_clip_c=2.5).dual_clip_c == 2.5  # given: kept
+    assert roll.to_rlvr_config(max_new_tokens=9).response_length == 9  # an alias, no conflict
+
+
+def test_a_flattened_learning_rate_maps_to_lr_under_its_own_name():
+    # ROLL's off-policy guide with its indentation lost: actor_train's learning_rate on top.
+    roll = load_roll_config("pg_variant: topr\nadv_estimator: reinforce\nlearning_rate: 1e-6\n")
+    assert roll.settings["lr"] == 1e-6
+    assert roll.source_of("lr") == "learning_rate"
+    assert "learning_rate=1e-06 -> lr=1e-06" in roll.report()
+    assert not roll.unmapped
+
+
 def test_clip_range_counts_only_with_use_pg_clip_range():
     on = settings(use_pg_clip_range=True, pg_clip_high=0.28)
     assert (on["pg_clip_low"], on["pg_clip_high"]) == (0.2, 0.28)
@@ -132,6 +165,12 @@ def test_report_lists_every_unmapped_field_with_its_reason():
     ({"reward_norm": "group", "reward_shift": "yes"}, r"reward_shift='yes' is invalid"),
     ({"use_pg_clip_range": 1}, r"use_pg_clip_range=1 is invalid"),
     ({"use_pg_clip_range": True, "pg_clip_high": -0.1}, r"pg_clip_high=-0.1 is invalid"),
+    # ROLL documents "kl", "abs", "mse", "full": the last is refused as not implemented
+    ({"kl_penalty": "full"}, r"^ROLL config field kl_penalty='full' is invalid: it is not "
+                             r"implemented in rllib_llm: .*use 'kl' \(k1\), 'mse' \(k2\), 'k3' "
+                             r"or 'abs'\.$"),
+    ({"learning_rate": 0}, r"learning_rate=0 \(RLVRConfig.lr\) is invalid: it must be a number "
+                           r"> 0"),
 ])
 def test_placeholders_and_invalid_values_fail_naming_field_and_value(fields, message):
     with pytest.raises(ValueError, match=message):
@@ -205,3 +244,15 @@ def test_rolls_topr_doc_with_its_placeholders_fails_naming_the_first():
     text = ROLL_TOPR.read_text().replace("positive_loss_coef: 1.0", "positive_loss_coef: x_1")
     with pytest.raises(ValueError, match=r"positive_loss_coef='x_1' is invalid"):
         load_roll_config(text)
+
+
+def test_a_roll_yaml_with_a_key_twice_fails_naming_it_and_both_lines():
+    # ROLL's off-policy guide flattened: pg_variant in its global block and in actor_train's.
+    text = "pg_variant: topr\nadv_estimator: reinforce\npg_variant: topr\n"
+    with pytest.raises(ValueError, match=r"key 'pg_variant' is given twice in one mapping "
+                                         r"\(lines 1 and 3\); keep one"):
+        load_roll_config(text)
+
+
+def test_a_roll_yaml_reads_1e_minus_6_as_a_number():
+    assert load_roll_config("init_kl_coef: 1e-3\n").settings["init_kl_coef"] == 1e-3

@@ -88,12 +88,62 @@ def test_each_mistake_gets_an_error_naming_the_file_the_setting_and_the_rule(
         assert str(path) in message
 
 
+@pytest.mark.parametrize(("sets", "expected"), [
+    (["evaluation.evaluation_config.eval_num_problem=5"],
+     "RLVRConfig.evaluation_config has an unknown setting 'eval_num_problem'. Did you mean "
+     "eval_num_problems"),
+    (["evaluation.evaluation_config.temperature=-1"],
+     "RLVRConfig.evaluation_config['temperature']=-1 is invalid: it must be a number >= 0."),
+    (["evaluation.evaluation_config.eval_num_samples=0"],
+     "RLVRConfig.evaluation_config['eval_num_samples']=0 is invalid: it must be an integer >= 1."),
+    (["evaluation.evaluation_interval=-1"], "RLVRConfig.evaluation_interval=-1 is invalid"),
+])
+def test_evaluation_settings_fail_the_dry_run(tmp_path, capsys, sets, expected):
+    path = write(tmp_path, """
+        environment: {env: math_verify, env_config: {dataset: arithmetic}}
+        evaluation: {evaluation_interval: 5}
+    """)
+    argv = ["train", str(path), "--dry-run", "--run-dir", str(tmp_path / "run")]
+    for item in sets:
+        argv += ["--set", item]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert expected in err and err.count("\n") == 1
+
+
 def test_files_that_are_not_config_files(tmp_path):
     assert "no such file" in error_of(tmp_path / "missing.yaml")
     assert "not valid YAML" in error_of(write(tmp_path, "training: [1, 2"))
     assert "must be a YAML mapping" in error_of(write(tmp_path, "- 1\n- 2"))
     message = error_of(write(tmp_path, "nonsense: 1\nmore: 2"))
     assert "neither an rllib_llm file" in message and "'nonsense'" in message
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # ROLL's off-policy guide flattened: its global block and actor_train both say pg_variant
+    ("pg_variant: topr\nppo_epochs: 1\npg_variant: cispo\n",
+     "key 'pg_variant' is given twice in one mapping (lines 1 and 3); keep one"),
+    ("training: {lr: 1e-5}\nrun: {iterations: 3}\ntraining: {lr: 2e-5}\n",
+     "key 'training' is given twice in one mapping (lines 1 and 3)"),
+    ("training:\n  lr: 1e-5\n  ppo_epochs: 2\n  lr: 2e-5\n",
+     "key 'lr' is given twice in one mapping (lines 2 and 4)"),
+    ("evaluation: {evaluation_config: {temperature: 0, temperature: 1}}\n",
+     "key 'temperature' is given twice in one mapping (lines 1 and 1)"),
+])
+def test_a_key_given_twice_is_an_error_naming_both_lines(tmp_path, text, expected):
+    message = error_of(write(tmp_path, text))
+    assert expected in message and "\n" not in message
+
+
+def test_a_run_directorys_settings_are_read_with_the_same_loader(tmp_path):
+    from rllib_llm.cli.tune_runs import RUN_FILE
+    from rllib_llm.cli.tune_runs import read_run_file as read_run_dir
+
+    (tmp_path / RUN_FILE).write_text("training: {lr: 1e-5}\ntraining: {lr: 2e-5}\n")
+    with pytest.raises(ValueError, match="key 'training' is given twice"):
+        read_run_dir(tmp_path)
+    (tmp_path / RUN_FILE).write_text("training: {lr: 1e-5}\n")
+    assert read_run_dir(tmp_path) == {"training": {"lr": 1e-5}}
 
 
 def test_a_roll_file_is_mapped_reported_and_sized_for_the_embedded_model():
@@ -141,6 +191,75 @@ def test_roll_fields_that_map_nowhere_are_listed_and_strict_refuses_them(tmp_pat
 def test_a_roll_placeholder_value_fails_naming_the_field(tmp_path):
     path = write(tmp_path, "rl_loss_coef: 0.0\npositive_loss_coef: x_1\n")
     assert "positive_loss_coef='x_1'" in error_of(path)
+
+
+@pytest.mark.parametrize(("text", "sets", "expected"), [
+    ("training: {pg_variant: topr}", ["num_epochs=2", "ppo_epochs=3"],
+     "--set num_epochs=2 and --set ppo_epochs=3 both set ppo_epochs (num_epochs is RLlib's name "
+     "for ppo_epochs); keep one."),
+    ("training: {pg_variant: topr}", ["ppo_epochs=3", "training.num_epochs=2"],
+     "--set ppo_epochs=3 and --set training.num_epochs=2 both set ppo_epochs"),
+    ("training: {num_epochs: 2, ppo_epochs: 3}", [],
+     "training.num_epochs and training.ppo_epochs both set ppo_epochs (num_epochs is RLlib's name "
+     "for ppo_epochs); keep one."),
+    ("training: {max_new_tokens: 9, response_length: 6}", [],
+     "training.max_new_tokens and training.response_length both set response_length"),
+])
+def test_an_alias_and_its_field_given_together_are_an_error_naming_both(
+        tmp_path, text, sets, expected):
+    assert expected in error_of(write(tmp_path, text), sets)
+
+
+def test_a_set_replaces_the_files_value_under_either_name_and_the_field_name_is_shown(
+        tmp_path, capsys):
+    path = write(tmp_path, """
+        environment: {env: math_verify, env_config: {dataset: arithmetic}}
+        training: {ppo_epochs: 3, max_new_tokens: 5}
+    """)
+    run_file = read_run_file(path, ["num_epochs=2"])
+    assert run_file.sections["training"] == {"ppo_epochs": 2, "response_length": 5}
+    assert run_file.to_config().ppo_epochs == 2
+    assert "num_epochs -> ppo_epochs: 2" in run_file.notes
+    assert "max_new_tokens -> response_length: 5" in run_file.notes
+    assert main(["train", str(path), "--set", "num_epochs=2", "--dry-run",
+                 "--run-dir", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "num_epochs -> ppo_epochs: 2" in out and "  ppo_epochs: 2" in out
+    assert "  num_epochs:" not in out
+
+
+def test_a_roll_files_fields_given_by_set_are_read_before_its_rules_and_derivations(tmp_path):
+    text = (EXAMPLES / "roll_topr.yaml").read_text().replace(
+        "positive_loss_coef: 1.0", "positive_loss_coef: x_1")
+    path = write(tmp_path, text)
+    assert "positive_loss_coef='x_1' is invalid" in error_of(path)
+    run_file = read_run_file(path, ["positive_loss_coef=1.0", "training.pg_clip=0.3"])
+    training = run_file.sections["training"]
+    assert training["positive_loss_coef"] == 1.0 and training["pg_clip"] == 0.3
+    assert training["dual_clip_c"] == pytest.approx(1.6)  # ROLL's 1 + 2 pg_clip, not 1.4
+    assert "dual_clip_loss=True, pg_clip=0.3 -> dual_clip_c=1.6" in run_file.roll_report
+    run_file.check()
+    # what --set gives wins over the embedded model's sizes, and is said
+    run_file = read_run_file(EXAMPLES / "roll_ppo.yaml", ["response_length=5"])
+    assert run_file.sections["training"]["response_length"] == 5
+    assert "no override for the embedded model: response_length: 5, given by --set " \
+           "response_length" in run_file.notes
+    assert "--set max_new_tokens=4 and --set response_length=5 both set response_length" in \
+        error_of(EXAMPLES / "roll_ppo.yaml", ["max_new_tokens=4", "response_length=5"])
+
+
+def test_a_roll_files_learning_rate_is_reported_under_its_name(tmp_path):
+    path = write(tmp_path, """
+        pg_variant: topr
+        adv_estimator: reinforce
+        num_return_sequences_in_group: 8
+        learning_rate: 1.0e-6
+    """)
+    run_file = read_run_file(path)
+    assert "  learning_rate=1e-06 -> lr=1e-06" in run_file.roll_report
+    assert any(note.startswith("override for the embedded model: learning_rate: 1e-06 -> lr: ")
+               for note in run_file.notes)
+    assert not any("(not in the file)" in note and " lr:" in note for note in run_file.notes)
 
 
 def test_help_lists_every_setting_with_its_doc_from_the_tables(capsys):
