@@ -62,6 +62,7 @@ def check_all(cfg) -> None:
     check_rllib_settings(cfg)
     check_combinations(cfg)
     check_lengths(cfg)
+    check_overlong(cfg)
     check_env_config(cfg)
     check_evaluation(cfg)
 
@@ -242,6 +243,20 @@ def check_lengths(cfg) -> None:
             f"(max_position_embeddings of {cfg.model_name_or_path!r}); lower them, or set "
             "prompt_length=None to use what the response leaves."
         )
+
+
+def check_overlong(cfg) -> None:
+    """The overlong buffer fits inside the response (L_cache <= L_max), and its factor is read."""
+    buffer = cfg.overlong_buffer_len
+    if buffer is not None and buffer > cfg.response_length:
+        raise ValueError(
+            f"RLVRConfig.overlong_buffer_len={buffer} is longer than response_length="
+            f"{cfg.response_length}: the penalty ramps over the last overlong_buffer_len tokens "
+            "before response_length; use at most response_length.")
+    if buffer is None and cfg.overlong_penalty_factor != 1.0:
+        raise ValueError(
+            f"RLVRConfig.overlong_penalty_factor={cfg.overlong_penalty_factor} has no effect "
+            "without overlong_buffer_len; set overlong_buffer_len (the penalty's ramp) too.")
 
 
 def check_env_config(cfg) -> None:

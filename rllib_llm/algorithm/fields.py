@@ -465,6 +465,21 @@ FIELDS: tuple[Field, ...] = (
           "advantage"),
     Field("advantage_clip", 2.0, "Clamp advantages to +-advantage_clip; None = off.",
           optional(positive), "advantage"),
+    Field("overlong_buffer_len", None,
+          "DAPO's soft overlong punishment (verl's overlong_buffer.len, L_cache): a response of L "
+          "tokens (as response_length counts them) gets min(0, max(-1, (response_length - "
+          "L_cache - L) / L_cache)) x overlong_penalty_factor added to its score, a ramp from 0 "
+          "to -factor over the last L_cache tokens before response_length. None = off; at most "
+          "response_length.",
+          optional(positive_int), "advantage"),
+    Field("overlong_penalty_factor", 1.0,
+          "The overlong punishment at response_length (verl's overlong_buffer.penalty_factor); "
+          "used only with overlong_buffer_len.", non_negative, "advantage"),
+    Field("mask_truncated_completions", False,
+          "DAPO's overlong filtering (TRL's name): responses cut off at response_length without "
+          "EOS add nothing to the policy loss (their tokens leave the loss mask and its counts); "
+          "they still count in the group's and the batch's reward statistics.", boolean,
+          "advantage"),
     # --- the critic (adv_estimator='gae'; with any other estimator these must stay at default)
     Field("value_clip", None,
           "PPO value clipping: the value loss is max((V - R)^2, (V_clip - R)^2) / 2 with V_clip = "

@@ -80,6 +80,7 @@ from rllib_llm.core.policy_losses import (
     register_pg_variant,
 )
 from rllib_llm.core.registry import Registry
+from rllib_llm.core.reward_shaping import overlong_penalty
 from rllib_llm.core.rollout_correction import (
     ROLLOUT_IS_LEVELS,
     RolloutIsLevel,
@@ -142,6 +143,7 @@ __all__ = [
     "masked_mean",
     "masked_sum",
     "masked_var",
+    "overlong_penalty",
     "pass_at_k",
     "pg_variant_info",
     "pg_variant_params",

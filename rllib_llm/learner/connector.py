@@ -19,12 +19,14 @@ from rllib_llm import core
 from rllib_llm.exchange.columns import (
     ACTION_MASK,
     ADVANTAGES,
+    ATTENTION_MASK,
     MC_RETURNS,
     OLD_LOGP,
     REF_LOGP,
     RETURNS,
     ROLLOUT_LOGP,
     SCORES,
+    TRUNCATED,
     TURN_REWARDS,
     VALUES,
 )
@@ -40,6 +42,10 @@ ADVANTAGE_ABS_MEAN = "advantage_abs_mean"
 # 1 when old_logp (the pg_variant's ratio denominator) were recomputed by the learner (then the
 # sampler's are rollout_logp), 0 when they are the sampler's behaviour log-probs.
 OLD_LOGP_RECOMPUTED = "old_logp_recomputed"
+# DAPO's overlong shaping and filtering: the mean penalty added to the scores, and the share of
+# responses truncated at the response limit (those that mask_truncated_completions drops).
+OVERLONG_PENALTY = "overlong_penalty_mean"
+TRUNCATED_FRACTION = "truncated_fraction"
 
 
 class PackAndComputeAdvantages(ConnectorV2):
@@ -83,8 +89,18 @@ class PackAndComputeAdvantages(ConnectorV2):
             mean_kl = (token_kl.sum() / mask.sum().clamp(min=1)).item()
             self._log(metrics, KL_IN_REWARD, mean_kl)
             self._log(metrics, KL_COEF, self.kl_controller.value)
+        scores = data[SCORES]
+        if cfg.overlong_buffer_len is not None:
+            # DAPO's soft overlong punishment, by each response's length as response_length
+            # bounds it: every response token, the agent's and any env tokens.
+            lengths = data[ATTENTION_MASK][:, -mask.shape[1]:].sum(dim=-1)
+            penalty = core.overlong_penalty(lengths, cfg.response_length,
+                                            cfg.overlong_buffer_len, cfg.overlong_penalty_factor)
+            scores = scores + penalty.to(scores.device)
+            self._log(metrics, OVERLONG_PENALTY, penalty.mean().item())
+        self._log(metrics, TRUNCATED_FRACTION, data[TRUNCATED].mean().item())
         advantages, returns, token_rewards = core.compute_advantages(
-            data[SCORES], mask,
+            scores, mask,
             adv_estimator=cfg.adv_estimator,
             group_size=cfg.num_return_sequences_in_group,
             gamma=cfg.gamma,
@@ -104,6 +120,7 @@ class PackAndComputeAdvantages(ConnectorV2):
         )
         if token_kl is not None:
             self.kl_controller.update(mean_kl, len(episodes))
+        data[SCORES] = scores
         data[ADVANTAGES] = advantages.float()
         if values is not None:
             data[VALUES] = values
@@ -115,6 +132,11 @@ class PackAndComputeAdvantages(ConnectorV2):
         n = mask.sum().clamp(min=1)
         self._log(metrics, ADVANTAGE_MEAN, ((advantages * mask).sum() / n).item())
         self._log(metrics, ADVANTAGE_ABS_MEAN, ((advantages.abs() * mask).sum() / n).item())
+        if cfg.mask_truncated_completions:
+            # DAPO's overlong filtering: after the advantages (a truncated response still counts
+            # in its group's baseline), its tokens leave the loss mask; the aggregation counts
+            # only rows with mask tokens, so these rows change no normaliser either.
+            data[ACTION_MASK] = mask * (1.0 - data[TRUNCATED].to(mask.device))[:, None]
         device = next(module.parameters()).device
         return {DEFAULT_MODULE_ID: {k: v.to(device) for k, v in data.items()}}
 

@@ -31,6 +31,7 @@ from rllib_llm.exchange.columns import (
     PROMPT_IDS,
     RESPONSE_IDS,
     SCORES,
+    TRUNCATED,
     TURN_REWARDS,
 )
 
@@ -50,6 +51,7 @@ class EpisodeTokens:
             agent token they came with (0.0 elsewhere), or None when there are none.
         correct: the verifier's verdict (`token_mdp.is_correct`).
         group_id: shared by the responses to one prompt.
+        truncated: the episode ended by truncation (the response limit, no EOS).
     """
 
     prompt_ids: np.ndarray
@@ -60,6 +62,7 @@ class EpisodeTokens:
     correct: bool
     group_id: Any
     turn_rewards: np.ndarray | None = None
+    truncated: bool = False
 
 
 def episode_tokens(episode: Any) -> EpisodeTokens:
@@ -84,6 +87,7 @@ def episode_tokens(episode: Any) -> EpisodeTokens:
         correct=is_correct(infos[-1], score),
         group_id=infos[0].get(GROUP_ID),
         turn_rewards=turn_rewards,
+        truncated=bool(episode.is_truncated),
     )
 
 
@@ -129,8 +133,8 @@ def pack(items: Sequence[EpisodeTokens], pad_token_id: int) -> dict[str, torch.T
     """Left-pad prompts to P and right-pad responses to T.
 
     Returns input_ids/attention_mask (B, P+T), response_ids/action_mask/old_logp (B, T),
-    scores (B,) and `CORRECT` (B,), float32 for reals and flags, int64 for ids and the
-    attention mask; and `TURN_REWARDS` (B, T) when any episode has rewards before its end.
+    scores (B,), `CORRECT` (B,) and `TRUNCATED` (B,), float32 for reals and flags, int64 for ids
+    and the attention mask; and `TURN_REWARDS` (B, T) when any episode has rewards before its end.
     """
     if not items:
         raise ValueError("pack() got no episodes: the env runners returned an empty batch.")
@@ -156,6 +160,7 @@ def pack(items: Sequence[EpisodeTokens], pad_token_id: int) -> dict[str, torch.T
         OLD_LOGP: torch.from_numpy(old_logp),
         SCORES: torch.tensor([e.score for e in items], dtype=torch.float32),
         CORRECT: torch.tensor([e.correct for e in items], dtype=torch.float32),
+        TRUNCATED: torch.tensor([e.truncated for e in items], dtype=torch.float32),
     }
     if any(e.turn_rewards is not None for e in items):
         turn_rewards = np.zeros((b, t), dtype=np.float32)

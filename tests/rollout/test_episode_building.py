@@ -18,7 +18,7 @@ from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from rllib_llm.envs import MathVerifyEnv
 from rllib_llm.envs.token_mdp import EMPTY_INFO, ENV_TOKENS, PROMPT_IDS, is_correct
 
-from rllib_llm.exchange.columns import ACTION_LOGP, CORRECT, GROUP_ID, WEIGHT_VERSION
+from rllib_llm.exchange.columns import ACTION_LOGP, CORRECT, GROUP_ID, TRUNCATED, WEIGHT_VERSION
 from rllib_llm.learner.packing import episode_tokens, pack_episodes
 from rllib_llm.models import load_tokenizer
 from rllib_llm.rollout.engine import Response
@@ -73,8 +73,12 @@ def reference_tokens(episode) -> dict:
     score = float(sum(episode.get_rewards().tolist()))
     verdict = infos[-1].get("verifier")
     correct = verdict["correct"] if verdict is not None else score > 0
+    # Truncated: the response limit reached without EOS (these episodes have no env tokens).
+    actions = episode.get_actions().tolist()
+    truncated = len(actions) == RESPONSE_LENGTH and actions[-1] != load_tokenizer("embedded").eos_token_id
     return {"prompt": list(infos[0][PROMPT_IDS]), "response": response, "mask": mask,
-            "logp": behaviour, "score": score, "correct": correct, "group": infos[0][GROUP_ID]}
+            "logp": behaviour, "score": score, "correct": correct, "group": infos[0][GROUP_ID],
+            "truncated": truncated}
 
 
 def reference_pack(episodes, group_size: int, pad: int) -> dict[str, torch.Tensor]:
@@ -99,6 +103,7 @@ def reference_pack(episodes, group_size: int, pad: int) -> dict[str, torch.Tenso
     batch["response_ids"] = batch["input_ids"][:, p:].clone()
     batch["scores"] = torch.tensor([e["score"] for e in items], dtype=torch.float32)
     batch[CORRECT] = torch.tensor([float(e["correct"]) for e in items], dtype=torch.float32)
+    batch[TRUNCATED] = torch.tensor([float(e["truncated"]) for e in items], dtype=torch.float32)
     return batch
 
 

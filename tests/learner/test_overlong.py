@@ -1,0 +1,97 @@
+"""DAPO's overlong reward shaping and overlong filtering in the learner connector: the scores the
+advantages are computed from carry the hand-computed penalty, and with
+mask_truncated_completions a truncated response leaves the loss mask and nothing else changes."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+
+from rllib_llm import core
+from rllib_llm.exchange.columns import ACTION_MASK, ADVANTAGES, SCORES, TRUNCATED
+from rllib_llm.learner.connector import PackAndComputeAdvantages
+from rllib_llm.recipes.embedded import embedded_config
+
+SPACE = gym.spaces.Discrete(50)
+RESPONSE_LENGTH = 6
+# One group of four: (agent tokens, reward, truncated). The last hits the limit without EOS.
+ROWS = [(2, 1.0, False), (4, 0.0, False), (5, 1.0, False), (6, 0.0, True)]
+
+
+class NoModelModule(torch.nn.Module):
+    """The connector asks its module only for a reference model, a critic and a device."""
+
+    has_reference = False
+    has_critic = False
+
+    def __init__(self):
+        super().__init__()
+        self.anchor = torch.nn.Parameter(torch.zeros(1))
+
+    def unwrapped(self):
+        return self
+
+
+def episode(length: int, reward: float, truncated: bool) -> SingleAgentEpisode:
+    actions = list(range(10, 10 + length))
+    infos = [{"prompt_ids": [1, 2], "group_id": "g"}] + [{} for _ in actions]
+    return SingleAgentEpisode(
+        observations=[2, *actions], infos=infos, actions=actions,
+        rewards=[0.0] * (length - 1) + [reward], terminated=not truncated, truncated=truncated,
+        extra_model_outputs={"action_logp": np.full(length, -0.5, np.float32)},
+        observation_space=SPACE, action_space=SPACE, len_lookback_buffer=0,
+    ).to_numpy()
+
+
+def connect(**overrides) -> dict[str, torch.Tensor]:
+    cfg = embedded_config("ppo", adv_estimator="grpo", rollout_batch_size=1,
+                          num_return_sequences_in_group=4, response_length=RESPONSE_LENGTH,
+                          whiten_advantages=False, advantage_clip=None, **overrides)
+    connector = PackAndComputeAdvantages(config=cfg, pad_token_id=0)
+    episodes = [episode(*row) for row in ROWS]
+    out = connector(rl_module={DEFAULT_MODULE_ID: NoModelModule()}, batch={}, episodes=episodes)
+    return out[DEFAULT_MODULE_ID]
+
+
+def test_the_truncated_column_says_which_responses_hit_the_limit():
+    assert connect()[TRUNCATED].tolist() == [0.0, 0.0, 0.0, 1.0]
+
+
+def test_the_overlong_penalty_is_added_to_the_scores_before_the_advantages():
+    plain, shaped = connect(), connect(overlong_buffer_len=2, overlong_penalty_factor=0.5)
+    # L_max 6, L_cache 2: lengths 2, 4 -> 0; 5 -> -0.5 x 0.5; 6 -> -1 x 0.5.
+    assert plain[SCORES].tolist() == [1.0, 0.0, 1.0, 0.0]
+    assert shaped[SCORES].tolist() == [1.0, 0.0, 0.75, -0.5]
+    # GRPO on the shaped scores, by hand: (s - mean) / (std + eps), broadcast over the tokens.
+    scores = torch.tensor([1.0, 0.0, 0.75, -0.5])
+    want = (scores - scores.mean()) / (scores.std() + 1e-6)
+    got = shaped[ADVANTAGES][:, 0]
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(plain[ADVANTAGES][:, 0], got)
+
+
+def test_masking_truncated_completions_drops_their_tokens_and_changes_nothing_else():
+    plain, masked = connect(), connect(mask_truncated_completions=True)
+    assert masked[ACTION_MASK][3].sum() == 0  # the truncated response: out of the loss
+    assert torch.equal(masked[ACTION_MASK][:3], plain[ACTION_MASK][:3])
+    # It still counts in its group's baseline: the advantages are the unmasked run's.
+    assert torch.equal(masked[ADVANTAGES], plain[ADVANTAGES])
+    # And the loss's normalisers count only the rows left (core.agg_counts).
+    counts = core.agg_counts(masked[ACTION_MASK])
+    assert counts.num_seqs.item() == 3 and counts.num_tokens.item() == 2 + 4 + 5
+
+
+@pytest.mark.parametrize("overrides,match", [
+    ({"overlong_buffer_len": 7}, "overlong_buffer_len=7 is longer than response_length=6"),
+    ({"overlong_penalty_factor": 0.5}, "overlong_penalty_factor=0.5 has no effect"),
+    ({"overlong_buffer_len": 0}, "overlong_buffer_len"),
+    ({"overlong_penalty_factor": -1.0}, "overlong_penalty_factor"),
+])
+def test_bad_overlong_settings_are_refused_naming_them(overrides, match):
+    cfg = embedded_config("ppo", response_length=RESPONSE_LENGTH)
+    with pytest.raises(ValueError, match=match):
+        cfg.training(**overrides).validate()
