@@ -60,9 +60,12 @@ def run_config(run_dir: Path, run: dict[str, Any], *, progress_bar: bool,
     progress bar) reports Tune's trial table with the `swept` settings' columns."""
     from ray import tune
 
-    from rllib_llm.cli.progress_csv import ProgressCSV
+    from rllib_llm.cli.checkpoint_list import ForgetDeletedCheckpoints
+    from rllib_llm.cli.progress_csv import ProgressCSV, ResultJSON
 
-    callbacks = [ProgressCSV()]  # replaces Tune's CSV logger (progress_csv.py says why)
+    # Replacing Tune's CSV and JSON loggers (progress_csv.py says why); checkpoint_list.py says
+    # what the last one is for.
+    callbacks = [ProgressCSV(), ResultJSON(), ForgetDeletedCheckpoints()]
     if run["mlflow"] or run["wandb"]:
         from rllib_llm.outputs.experiment_logs import experiment_callbacks
 

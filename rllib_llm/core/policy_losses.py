@@ -11,6 +11,7 @@ Notation: ``r = exp(logp - old_logp)`` per token, ``A`` the advantage, ``sg`` = 
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
@@ -43,6 +44,14 @@ APPROX_KL = "approx_kl"  # masked mean of ½(logp − old_logp)²
 DUAL_CLIPFRAC = "dual_clipfrac"  # ppo only: share where the dual clip −c·A bound the loss
 CISPO_MASKFRAC = "cispo_maskfrac"  # cispo only: share zeroed by the unified mask
 SEQ_RATIO_MEAN = "seq_ratio_mean"  # gspo and topr: token-weighted mean of the sequence ratio
+
+# ``clipfrac`` counts a token whose weight a clip or truncation moved by more than this share of
+# the clipped weight: |w − ρ| > CLIPFRAC_RTOL·w, i.e. ρ outside [lo·(1 − tol), hi·(1 + tol)] for
+# bounds lo, hi. Comparing w with ρ exactly would count rounding noise wherever a bound is 1 (TOPR,
+# TIS): a sampler and a learner that agree to float32 rounding give ratios of 1 ± 1e-6, and
+# truncating those to 1 changes no gradient that matters. 1e-3 (a 0.1% change of the token's
+# weight) sits three orders above float32 rounding and far below any clip range in use.
+CLIPFRAC_RTOL = 1e-3
 
 # A variant: (logp, old_logp, advantages, mask, *, scores, **params) -> (loss [B,T], token
 # metrics {name: [B,T]}). Inputs arrive cast to the compute dtype, padding zeroed, old_logp and
@@ -179,6 +188,12 @@ def _clip_bounds(pg_clip: float, low: float | None, high: float | None) -> tuple
     return 1.0 - eps_low, 1.0 + eps_high
 
 
+def _weight_changed(weight: Tensor, raw: Tensor) -> Tensor:
+    """Where clipping ``raw`` to ``weight`` changed it by more than ``CLIPFRAC_RTOL`` of the
+    clipped weight (the definition of ``clipfrac``; see ``CLIPFRAC_RTOL``)."""
+    return (weight - raw).abs() > CLIPFRAC_RTOL * weight.abs()
+
+
 def _require_scores(scores: Tensor | None, pg_variant: str, mask: Tensor) -> Tensor:
     if scores is None or scores.shape != mask.shape[:1]:
         got = None if scores is None else tuple(scores.shape)
@@ -226,7 +241,7 @@ def ppo_loss(
     pg_losses1 = -advantages * ratio
     pg_losses2 = -advantages * ratio.clamp(low, high)
     clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
-    clipped = pg_losses2 > pg_losses1
+    clipped = (pg_losses2 > pg_losses1) & _weight_changed(ratio.clamp(low, high), ratio)
     if not dual_clip_loss:
         return clip_pg_losses1, {CLIPFRAC: clipped.to(logp.dtype)}
     pg_losses3 = -advantages * dual_clip_c
@@ -258,7 +273,7 @@ def tis_loss(
         )
     ratio = torch.exp(logp - old_logp).detach()
     weight = ratio.clamp(tis_lower_bound, tis_upper_bound)
-    return -weight * advantages * logp, {CLIPFRAC: (weight != ratio).to(logp.dtype)}
+    return -weight * advantages * logp, {CLIPFRAC: _weight_changed(weight, ratio).to(logp.dtype)}
 
 
 @register_pg_variant("topr", splits_by_correct=True)
@@ -280,6 +295,10 @@ def topr_loss(
     bounded without ever zeroing it. ρ = r per token, or with ``topr_ratio_level="sequence"`` the
     paper's trajectory ratio exp Σ_t mask·(logp − old_logp). The split is by the verifier score,
     not by the sign of A.
+
+    ``clipfrac`` is the share of tokens whose weight the truncation changed: tokens of
+    non-positive responses with ρ > 1 + ``CLIPFRAC_RTOL`` (positive responses are never
+    truncated; ρ = 1 up to rounding counts 0).
     """
     if topr_ratio_level not in TOPR_RATIO_LEVELS:
         raise ValueError(
@@ -294,7 +313,9 @@ def topr_loss(
     weight = torch.exp(log_ratio.clamp(max=0.0))
     pos_loss = topr_positive_weight * (-advantages * logp)
     neg_loss = topr_negative_weight * (-weight * advantages * logp)
-    truncated = ~positive & (log_ratio > 0)
+    # clipfrac: negative tokens whose ρ exceeded the bound 1 by more than CLIPFRAC_RTOL (so that
+    # ρ = 1 up to rounding counts 0), compared in log space because ρ may overflow.
+    truncated = ~positive & (log_ratio > math.log1p(CLIPFRAC_RTOL))
     metrics = {CLIPFRAC: truncated.to(logp.dtype)}
     if topr_ratio_level == "sequence":
         metrics[SEQ_RATIO_MEAN] = torch.exp(log_ratio)
@@ -324,7 +345,7 @@ def cispo_loss(
     low, high = 1.0 - cispo_epsilon_low, 1.0 + cispo_epsilon_high
     weight = ratio.clamp(low, high)
     loss = -weight * advantages * logp
-    changed = weight != ratio
+    changed = _weight_changed(weight, ratio)
     metrics: dict[str, Tensor] = {}
     if cispo_use_unified_mask:
         dropped = ((advantages > 0) & (ratio > high)) | ((advantages < 0) & (ratio < low))
@@ -370,6 +391,6 @@ def gspo_loss(
     seq_ratio = torch.exp(log_seq_ratio).expand_as(logp)  # (B, T)
     pg_losses1 = -advantages * seq_ratio
     pg_losses2 = -advantages * seq_ratio.clamp(low, high)
-    clipped = pg_losses2 > pg_losses1
+    clipped = (pg_losses2 > pg_losses1) & _weight_changed(seq_ratio.clamp(low, high), seq_ratio)
     metrics = {CLIPFRAC: clipped.to(logp.dtype), SEQ_RATIO_MEAN: seq_ratio}
     return torch.maximum(pg_losses1, pg_losses2), metrics

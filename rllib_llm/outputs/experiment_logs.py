@@ -6,6 +6,8 @@ callbacks; `TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=1` turns them off):
 - `progress.csv`: a row per iteration, the result keys of rllib_llm/outputs/metric_names.py as
   columns.
 - `result.json`: a JSON line per iteration, the nested result.
+  (`rllib-llm train` and `sweep` replace Tune's loggers of these two with those of
+  rllib_llm/cli/progress_csv.py, which log each iteration once also after a resume.)
 - `events.out.tfevents.*`: TensorBoard scalars, written by tensorboardX (a dependency of
   `ray[tune]`, so nothing to switch on). Tag `ray/tune/<name>`, step `training_iteration`; NaN
   values, `config`, `training_iteration` and `time_total_s` are not written. View with

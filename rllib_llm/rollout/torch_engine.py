@@ -367,19 +367,21 @@ def sample_next_token(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick one token per row from `logits` `(B, V)`; return `(token (B,), logp (B,))`.
 
-    `logp` is `log_softmax(logits / temperature)[token]`, before top-p (the learner's quantity).
+    `logp` is `log_softmax(logits / temperature)[token]`, before top-p (the learner's quantity),
+    computed as the learner computes it (`learner/token_logp.py`): x[token] − logsumexp(x) with
+    x = logits / temperature in float32, so that for equal logits the two are bit-equal (torch's
+    fused `log_softmax` rounds differently, by up to ~1e-6).
     """
-    logits = logits.float()
+    x = logits.float()
     if sampling.greedy:
-        logp_all = torch.log_softmax(logits, dim=-1)  # (B, V), reported at temperature 1
-        token = logp_all.argmax(dim=-1)  # (B,)
+        token = x.argmax(dim=-1)  # (B,); logp reported at temperature 1
     else:
-        logp_all = torch.log_softmax(logits / sampling.temperature, dim=-1)  # (B, V)
-        probs = logp_all.exp()
+        x = x / sampling.temperature  # (B, V)
+        probs = torch.log_softmax(x, dim=-1).exp()
         if sampling.top_p < 1.0:
             probs = top_p_filter(probs, sampling.top_p)
         token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
-    return token, logp_all.gather(-1, token[:, None]).squeeze(-1)
+    return token, x.gather(-1, token[:, None]).squeeze(-1) - torch.logsumexp(x, dim=-1)
 
 
 def top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:

@@ -203,3 +203,62 @@ def test_register_pg_variant_adds_a_variant():
     assert "test_half_vanilla" in core.registered_names("pg_variant")
     per_token = run("test_half_vanilla", scale=0.25)[0]
     assert_close(per_token, 0.25 * run("vanilla")[0])
+
+
+def test_topr_clipfrac_counts_only_a_truncation_that_changed_the_weight():
+    # Negative row (score 0): ratios exactly 1, 1 + 1e-7 (rounding), 1.5 (truncated to 1), 0.5
+    # (below the bound: untouched). The positive row is never truncated, even at ratio 1.5.
+    ratios = [[1.0, 1.0 + 1e-7, 1.5, 0.5], [1.5, 1.0, 1.0, 1.0]]
+    old = [[-1.0] * 4, [-1.0] * 4]
+    logp = [[-1.0 + math.log(r) for r in row] for row in ratios]
+    mask, adv = [[1.0] * 4, [1.0] * 4], [[-1.0] * 4, [1.0] * 4]
+    _, _, _, metrics = run("topr", logp=logp, old=old, adv=adv, mask=mask, scores=[0.0, 1.0])
+    assert_close(metrics["clipfrac"], 1 / 8)
+    # Only rounding noise: nothing was clipped.
+    noise = [[-1.0, -1.0 + 1e-7, -1.0 - 1e-7, -1.0]] * 2
+    _, _, _, metrics = run("topr", logp=noise, old=old, adv=adv, mask=mask, scores=[0.0, 0.0])
+    assert_close(metrics["clipfrac"], 0.0)
+    _, _, _, metrics = run("topr", logp=noise, old=old, adv=adv, mask=mask, scores=[0.0, 0.0],
+                           topr_ratio_level="sequence")
+    assert_close(metrics["clipfrac"], 0.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(("variant", "params"), [
+    ("vanilla", {}),
+    ("ppo", {}),
+    ("ppo", {"pg_clip": 0.0}),  # both bounds at 1
+    ("ppo", {"dual_clip_loss": True}),
+    ("tis", {}),  # upper bound 1
+    ("tis", {"tis_lower_bound": 1.0}),
+    ("topr", {}),
+    ("topr", {"topr_ratio_level": "sequence"}),
+    ("cispo", {}),
+    ("cispo", {"cispo_epsilon_low": 0.0, "cispo_epsilon_high": 0.0}),
+    ("cispo", {"cispo_use_unified_mask": True}),
+    ("kimi15", {}),
+    ("gspo", {}),
+    ("gspo", {"pg_clip_low": 3e-4, "pg_clip_high": 4e-4}),  # the paper's tight range
+])
+def test_clipfrac_is_zero_when_the_ratio_is_one_up_to_rounding(variant, params, dtype):
+    # Log-ratios of ±1e-7 (a sampler and a learner that agree to float32 rounding), both signs of
+    # A, every response negative: every clip bound of every variant is at or around 1.
+    d = [[0.0, 1e-7, -1e-7, 2e-7], [-2e-7, 1e-7, 0.0, -1e-7]]
+    old = [[-2.0] * 4, [-0.5] * 4]
+    logp = torch.tensor(old, dtype=dtype) + torch.tensor(d, dtype=dtype)
+    adv = torch.tensor([[1.0, -1.0, 1.0, -1.0], [-1.0, 1.0, -1.0, 1.0]], dtype=dtype)
+    mask = torch.ones(2, 4, dtype=dtype)
+    _, metrics = core.policy_loss(variant, logp, torch.tensor(old, dtype=dtype), adv, mask,
+                                  scores=torch.zeros(2, dtype=dtype), **params)
+    assert float(metrics["clipfrac"]) == 0.0
+    assert float(metrics.get("cispo_maskfrac", 0.0)) == 0.0
+    # A real excursion past a bound at 1 still counts: ratio 1.5 on token (0, 1), where A < 0
+    # (PPO would not clip it: its pessimistic max keeps −r·A there).
+    logp = logp.clone()
+    logp[0, 1] = old[0][1] + math.log(1.5)
+    _, metrics = core.policy_loss(variant, logp, torch.tensor(old, dtype=dtype), adv, mask,
+                                  scores=torch.zeros(2, dtype=dtype), **params)
+    if params.get("topr_ratio_level") == "sequence":  # the whole row's ρ exceeds 1
+        assert float(metrics["clipfrac"]) == pytest.approx(4 / 8)
+    elif variant in ("tis", "topr") or params.get("cispo_epsilon_high") == 0.0:
+        assert float(metrics["clipfrac"]) == pytest.approx(1 / 8)

@@ -277,3 +277,87 @@ def test_wandb_offline_run_logs_config_and_the_stable_metrics(ray_session, tmp_p
         assert [n for n in EXPECTED if n not in logged] == []  # W&B keeps the result keys
         for name in CURVES:
             assert logged[name] == row[name]
+
+
+def _log(callbacks, trial, iterations, *, end=True):
+    for cb in callbacks:
+        for it in iterations:
+            cb.log_trial_result(it, trial, {m.ITERATION: it, m.TIME_TOTAL_S: 10.0 * it,
+                                            "env_runners": {"accuracy": it / 10}})
+        if end:
+            cb.log_trial_end(trial)
+
+
+def _logged(trial) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+    """(iteration, time_total_s) of each row of progress.csv and of result.json."""
+    with Path(trial.local_path, "progress.csv").open(newline="") as f:
+        csv_rows = [(int(r[m.ITERATION]), float(r[m.TIME_TOTAL_S])) for r in csv.DictReader(f)]
+    with Path(trial.local_path, "result.json").open() as f:
+        json_rows = [(r[m.ITERATION], r[m.TIME_TOTAL_S]) for r in map(json.loads, f)]
+    return csv_rows, json_rows
+
+
+def test_a_restored_trial_logs_each_iteration_once(ray_session, tmp_path):
+    # Tune's loggers appended the iterations a restored trial ran again (after its checkpoint)
+    # a second time, with time_total_s going back: here they replace the first ones.
+    from ray.train._internal.storage import StorageContext
+    from ray.tune.experiment import Trial
+
+    from rllib_llm.cli.progress_csv import ProgressCSV, ResultJSON
+
+    storage = StorageContext(storage_path=str(tmp_path), experiment_dir_name="exp",
+                             trial_dir_name="trial")
+    trial = Trial("__fake", config={}, storage=storage, stub=True)
+    _log([ProgressCSV(), ResultJSON()], trial, [1, 2, 3, 4, 5])
+    # Killed while writing iteration 6's rows: lines cut short.
+    for name in ("progress.csv", "result.json"):
+        with Path(trial.local_path, name).open("a") as f:
+            f.write("6,60.0" if name == "progress.csv" else '{"training_iteration": 6, "ti')
+    # `--resume` in a new process, from the checkpoint of iteration 3.
+    _log([ProgressCSV(), ResultJSON()], trial, [4, 5, 6, 7])
+    expected = [(i, 10.0 * i) for i in range(1, 8)]
+    assert _logged(trial) == (expected, expected)
+    # Tune retrying a failed trial in the same process, from the checkpoint of iteration 5.
+    callbacks = [ProgressCSV(), ResultJSON()]
+    _log(callbacks, trial, [8, 9], end=False)
+    _log(callbacks, trial, [6, 7, 8])
+    expected = [(i, 10.0 * i) for i in range(1, 9)]
+    assert _logged(trial) == (expected, expected)
+
+
+def test_a_listed_checkpoint_deleted_before_a_resume_is_forgotten_not_deleted_again(tmp_path):
+    # After a kill, Tune's restored list of checkpoints may hold one a later checkpoint already
+    # deleted; registering the next checkpoint deleted it again and raised FileNotFoundError.
+    from ray.train import Checkpoint, CheckpointConfig
+    from ray.train._internal.checkpoint_manager import _CheckpointManager
+    from ray.train._internal.session import _TrainingResult
+
+    from rllib_llm.cli.checkpoint_list import forget_deleted_checkpoints
+
+    def listed_manager():
+        manager = _CheckpointManager(CheckpointConfig(num_to_keep=2))
+        for i in (1, 2):
+            path = tmp_path / f"checkpoint_00000{i}"
+            path.mkdir(exist_ok=True)
+            manager.register_checkpoint(_TrainingResult(Checkpoint(str(path)),
+                                                        {m.ITERATION: 5 * i}))
+        return manager
+
+    def third():
+        (tmp_path / "checkpoint_000003").mkdir(exist_ok=True)
+        return _TrainingResult(Checkpoint(str(tmp_path / "checkpoint_000003")),
+                               {m.ITERATION: 15})
+
+    manager = listed_manager()
+    (tmp_path / "checkpoint_000001").rmdir()  # deleted before the kill, still listed
+    with pytest.raises(FileNotFoundError):  # what Tune does on its own
+        manager.register_checkpoint(third())
+
+    manager = listed_manager()
+    (tmp_path / "checkpoint_000001").rmdir()
+    assert forget_deleted_checkpoints(manager) == [str(tmp_path / "checkpoint_000001")]
+    manager.register_checkpoint(third())  # keeps 2 and 3, deletes nothing
+    assert [r.checkpoint.path for r in manager.best_checkpoint_results] == \
+        [str(tmp_path / "checkpoint_000002"), str(tmp_path / "checkpoint_000003")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == \
+        ["checkpoint_000002", "checkpoint_000003"]

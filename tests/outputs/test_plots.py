@@ -322,3 +322,53 @@ def test_without_matplotlib_plot_says_what_to_install(demo_dir, monkeypatch, cap
     assert "skipping reward_curve.png" in capsys.readouterr().out
     assert json.loads((demo_dir / "again" / "summary.json").read_text()) == {}
     assert not (demo_dir / "again" / "reward_curve.png").exists()
+
+
+# ----------------------------------------------------------------------------- reward_curve.png
+
+
+def _log_rows(tmp_path, results):
+    """Rows as the demo's RunLog writes them, from nested results."""
+    log = RunLog(tmp_path / "demo")
+    for i, result in enumerate(results, start=1):
+        log.add(i, result)
+    return log.rows
+
+
+def test_reward_curve_draws_a_binary_reward_and_its_accuracy_as_one_series(tmp_path):
+    from rllib_llm.outputs.run_log import reward_curve_series
+
+    # A binary reward: the mean reward is the accuracy, iteration by iteration.
+    values = [0.25, 0.5, 0.0, 0.75, 1.0, 0.5, 0.25, 0.5, 0.75, 1.0, 0.5, 0.25, 0.75, 1.0, 0.5,
+              0.25, 0.5, 0.75, 0.5, 1.0]
+    rows = _log_rows(tmp_path, [{"env_runners": {"episode_return_mean": v, "accuracy": v}}
+                                for v in values])
+    (series,) = reward_curve_series(rows)
+    assert series.label == "train reward (= accuracy)"
+    assert series.x == list(range(1, 21)) and series.raw == values
+    # 20 iterations: a window of 2 (10%); the first value has only itself.
+    assert series.smoothed == [0.25] + [(a + b) / 2 for a, b in zip(values, values[1:])]
+
+
+def test_reward_curve_draws_a_differing_reward_and_accuracy_apart_with_held_out_points(tmp_path):
+    from rllib_llm.outputs.run_log import moving_average, reward_curve_series, smoothing_window
+
+    results = [{"env_runners": {"episode_return_mean": 0.1 * i, "accuracy": 0.1 * i - 0.05}}
+               for i in range(1, 31)]
+    results[9]["evaluation"] = {"pass@1": 0.4}
+    results[29]["evaluation"] = {"pass@1": 0.6}
+    rows = _log_rows(tmp_path, results)
+    reward, accuracy, held_out = reward_curve_series(rows)
+    assert (reward.label, accuracy.label, held_out.label) == \
+        ("train reward", "train accuracy", "held-out accuracy")
+    assert smoothing_window(30) == 3
+    assert reward.smoothed[:4] == pytest.approx([0.1, 0.15, 0.2, 0.3])  # (0.2+0.3+0.4)/3 = 0.3
+    assert accuracy.smoothed[3] == pytest.approx(0.25)
+    assert (held_out.x, held_out.raw, held_out.smoothed) == ([10.0, 30.0], [0.4, 0.6], None)
+    # Equal up to 1e-9 is the same series; NaN gaps are skipped by the average.
+    assert moving_average([1.0, float("nan"), 3.0, 5.0], 3) == [1.0, 1.0, 2.0, 4.0]
+    near = _log_rows(tmp_path, [{"env_runners": {"episode_return_mean": 0.5,
+                                                 "accuracy": 0.5 + 1e-12}}])
+    assert [s.label for s in reward_curve_series(near)] == ["train reward (= accuracy)"]
+    only_reward = _log_rows(tmp_path, [{"env_runners": {"episode_return_mean": 0.5}}])
+    assert [s.label for s in reward_curve_series(only_reward)] == ["train reward"]

@@ -69,6 +69,23 @@ def test_greedy_reports_temperature_one_logprobs_and_argmax(model):
         assert logits.argmax(-1).tolist() == response.token_ids
 
 
+@pytest.mark.parametrize(("temperature", "top_p"), [(0.0, 1.0), (1.0, 1.0), (0.7, 0.9)])
+def test_sampler_logp_is_bit_equal_to_the_learners_for_the_same_logits(temperature, top_p):
+    # Given the same logits, the reported log-prob is the learner's value exactly (not to
+    # ~1e-6, as torch's log_softmax gave), so sampler and learner differ only where their
+    # forwards round differently (KV-cache decode against one full forward).
+    from rllib_llm.learner.token_logp import token_logp_and_entropy
+    from rllib_llm.rollout.torch_engine import sample_next_token
+
+    logits = torch.randn(64, 300, generator=torch.Generator().manual_seed(0)) * 4  # (B, V)
+    sampling = SamplingParams(temperature=temperature, top_p=top_p, seed=0)
+    token, logp = sample_next_token(logits, sampling, torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        learner, _ = token_logp_and_entropy(logits[:, None], token[:, None],
+                                            temperature or 1.0, entropy_grad=False)
+    assert torch.equal(logp, learner[:, 0])
+
+
 def test_n_responses_per_prompt_and_shapes(model):
     out = make_engine(model).generate(PROMPTS, 5, SamplingParams(max_tokens=7, seed=0))
     assert len(out) == len(PROMPTS)
