@@ -358,6 +358,33 @@ def check_rollout_engine(cfg) -> None:
             "recompute_old_logp=True: the weights compare the learner's recomputed old_logp "
             "with the sampler's log-probs, which are equal without recomputation."
         )
+    check_rollout_rejection(cfg)
+
+
+def check_rollout_rejection(cfg) -> None:
+    """Masked importance sampling: recomputed log-probs, lower < 1 < upper, and its bounds set
+    only with its level (they would do nothing)."""
+    level, upper, lower = (cfg.rollout_rs_level, cfg.rollout_rs_threshold,
+                           cfg.rollout_rs_threshold_lower)
+    if level is None:
+        for name, value, default in (("rollout_rs_threshold", upper, 2.0),
+                                     ("rollout_rs_threshold_lower", lower, None)):
+            if value != default:
+                raise ValueError(
+                    f"RLVRConfig.{name}={value!r} has no effect without rollout_rs_level; set "
+                    "rollout_rs_level ('token', 'sequence' or 'geometric') too.")
+        return
+    if not cfg.recomputes_old_logp:
+        raise ValueError(
+            f"RLVRConfig.rollout_rs_level={level!r} needs recompute_old_logp=True: it compares "
+            "the learner's recomputed old_logp with the sampler's log-probs, which are equal "
+            "without recomputation.")
+    if not upper > 1:
+        raise ValueError(f"RLVRConfig.rollout_rs_threshold={upper!r} must be > 1: it is the "
+                         "largest ratio kept, and a ratio of 1 (no mismatch) must be kept.")
+    if lower is not None and not lower < 1:
+        raise ValueError(f"RLVRConfig.rollout_rs_threshold_lower={lower!r} must be < 1: it is "
+                         "the smallest ratio kept, and a ratio of 1 must be kept.")
     # (RLlib derives an evaluation config with its own, usually 0, env runners: not ours.)
     if cfg.weight_sync_backend != "object_store" and cfg.num_env_runners < 1 and \
             not cfg.in_evaluation:

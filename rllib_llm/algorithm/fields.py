@@ -268,6 +268,20 @@ FIELDS: tuple[Field, ...] = (
     Field("rollout_is_threshold", 2.0,
           "Cap C of the rollout importance weights (verl's rollout_is_threshold).", positive,
           "off-policy"),
+    Field("rollout_rs_level", None,
+          "Masked importance sampling (verl's rollout_rs; the idea of OpenRLHF's icepop): "
+          "tokens whose ratio pi_old / pi_rollout leaves [rollout_rs_threshold_lower, "
+          "rollout_rs_threshold] leave the loss mask and its counts; the ratio is each token's "
+          "('token'), the response's product ('sequence') or its geometric mean ('geometric'), "
+          "the last two dropping whole responses. None = off. Combines with rollout_is_level "
+          "(token weights + 'geometric' = seq-mask-tis). Needs recompute_old_logp.",
+          optional(one_of(_core_tuple("ROLLOUT_RS_LEVELS"))), "off-policy"),
+    Field("rollout_rs_threshold", 2.0,
+          "The largest ratio rollout_rs_level keeps, > 1 (verl's rollout_rs_threshold).",
+          positive, "off-policy"),
+    Field("rollout_rs_threshold_lower", None,
+          "The smallest ratio rollout_rs_level keeps, in (0, 1); None = 1 / rollout_rs_threshold "
+          "(verl's rollout_rs_threshold_lower).", optional(positive), "off-policy"),
     Field("async_generation_ratio", 0,
           "Asynchronous training (ROLL's name): with k >= 1 the remote env runners keep "
           "generating up to k batches ahead of the learner with the weights they hold, while it "

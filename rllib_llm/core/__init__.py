@@ -83,9 +83,11 @@ from rllib_llm.core.registry import Registry
 from rllib_llm.core.reward_shaping import overlong_penalty
 from rllib_llm.core.rollout_correction import (
     ROLLOUT_IS_LEVELS,
+    ROLLOUT_RS_LEVELS,
     RolloutIsLevel,
     rollout_is_weights,
     rollout_mismatch_kl,
+    rollout_rejection_mask,
 )
 from rllib_llm.core.value import (
     explained_variance,
@@ -108,6 +110,7 @@ __all__ = [
     "PG_VARIANTS",
     "PG_VARIANT_REGISTRY",
     "ROLLOUT_IS_LEVELS",
+    "ROLLOUT_RS_LEVELS",
     "TOPR_RATIO_LEVELS",
     "AdaptiveKLController",
     "AdvEstimator",
@@ -159,6 +162,7 @@ __all__ = [
     "restore_registrations",
     "reward_norm",
     "rollout_is_weights",
+    "rollout_rejection_mask",
     "rollout_mismatch_kl",
     "token_level_rewards",
     "user_registrations",

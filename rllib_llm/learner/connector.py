@@ -132,11 +132,21 @@ class PackAndComputeAdvantages(ConnectorV2):
         n = mask.sum().clamp(min=1)
         self._log(metrics, ADVANTAGE_MEAN, ((advantages * mask).sum() / n).item())
         self._log(metrics, ADVANTAGE_ABS_MEAN, ((advantages.abs() * mask).sum() / n).item())
+        if cfg.rollout_rs_level is not None:
+            # Masked IS: after the advantages too (the rejected tokens' responses still count in
+            # their group's baseline); the loss's counts then leave them out.
+            keep, rs_metrics = core.rollout_rejection_mask(
+                data[OLD_LOGP], data[ROLLOUT_LOGP], data[ACTION_MASK],
+                level=cfg.rollout_rs_level, upper=cfg.rollout_rs_threshold,
+                lower=cfg.rollout_rs_threshold_lower)
+            data[ACTION_MASK] = data[ACTION_MASK] * keep.to(data[ACTION_MASK].dtype)
+            for name, value in rs_metrics.items():
+                self._log(metrics, name, value.item())
         if cfg.mask_truncated_completions:
             # DAPO's overlong filtering: after the advantages (a truncated response still counts
             # in its group's baseline), its tokens leave the loss mask; the aggregation counts
             # only rows with mask tokens, so these rows change no normaliser either.
-            data[ACTION_MASK] = mask * (1.0 - data[TRUNCATED].to(mask.device))[:, None]
+            data[ACTION_MASK] = data[ACTION_MASK] * (1.0 - data[TRUNCATED])[:, None]
         device = next(module.parameters()).device
         return {DEFAULT_MODULE_ID: {k: v.to(device) for k, v in data.items()}}
 

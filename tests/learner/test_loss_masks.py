@@ -1,8 +1,11 @@
-"""DAPO's overlong reward shaping and overlong filtering in the learner connector: the scores the
-advantages are computed from carry the hand-computed penalty, and with
-mask_truncated_completions a truncated response leaves the loss mask and nothing else changes."""
+"""What the learner connector takes out of the loss, and the scores it shapes: DAPO's overlong
+reward shaping (the scores the advantages come from carry the hand-computed penalty), overlong
+filtering (a truncated response leaves the loss mask and nothing else changes) and masked
+importance sampling (tokens whose recomputed ratio leaves the bounds leave the mask)."""
 
 from __future__ import annotations
+
+import math
 
 import gymnasium as gym
 import numpy as np
@@ -23,17 +26,24 @@ ROWS = [(2, 1.0, False), (4, 0.0, False), (5, 1.0, False), (6, 0.0, True)]
 
 
 class NoModelModule(torch.nn.Module):
-    """The connector asks its module only for a reference model, a critic and a device."""
+    """The connector asks its module for a reference model, a critic, a device and, to recompute
+    old_logp, the learner's log-probs: here `learner_logp`, a stand-in whose values the tests
+    choose (the module's own scoring is tested in tests/learner/test_token_logp.py)."""
 
     has_reference = False
     has_critic = False
 
-    def __init__(self):
+    def __init__(self, learner_logp: torch.Tensor | None = None):
         super().__init__()
         self.anchor = torch.nn.Parameter(torch.zeros(1))
+        self.learner_logp = learner_logp
 
     def unwrapped(self):
         return self
+
+    def score_tokens(self, rows, reference: bool):
+        assert not reference
+        return self.learner_logp[:, : rows[ACTION_MASK].shape[1]]
 
 
 def episode(length: int, reward: float, truncated: bool) -> SingleAgentEpisode:
@@ -47,14 +57,25 @@ def episode(length: int, reward: float, truncated: bool) -> SingleAgentEpisode:
     ).to_numpy()
 
 
-def connect(**overrides) -> dict[str, torch.Tensor]:
+def connect(learner_logp=None, metrics=None, **overrides) -> dict[str, torch.Tensor]:
     cfg = embedded_config("ppo", adv_estimator="grpo", rollout_batch_size=1,
                           num_return_sequences_in_group=4, response_length=RESPONSE_LENGTH,
                           whiten_advantages=False, advantage_clip=None, **overrides)
     connector = PackAndComputeAdvantages(config=cfg, pad_token_id=0)
     episodes = [episode(*row) for row in ROWS]
-    out = connector(rl_module={DEFAULT_MODULE_ID: NoModelModule()}, batch={}, episodes=episodes)
+    out = connector(rl_module={DEFAULT_MODULE_ID: NoModelModule(learner_logp)}, batch={},
+                    episodes=episodes, metrics=metrics)
     return out[DEFAULT_MODULE_ID]
+
+
+class Metrics:
+    """The connector's metrics logger, keeping the last value of each name."""
+
+    def __init__(self):
+        self.values: dict[str, float] = {}
+
+    def log_value(self, key, value, **kwargs):
+        self.values[key[-1] if isinstance(key, tuple) else key] = value
 
 
 def test_the_truncated_column_says_which_responses_hit_the_limit():
@@ -85,11 +106,40 @@ def test_masking_truncated_completions_drops_their_tokens_and_changes_nothing_el
     assert counts.num_seqs.item() == 3 and counts.num_tokens.item() == 2 + 4 + 5
 
 
+def test_masked_importance_sampling_drops_the_tokens_outside_the_bounds():
+    # The sampler reported -0.5 for every token; the learner's recomputed log-probs differ by
+    # log(3) on row 1's second token and by 0.4 on every token of row 2 (product e^2, mean e^0.4).
+    learner = torch.full((4, RESPONSE_LENGTH), -0.5)
+    learner[1, 1] += math.log(3.0)
+    learner[2] += 0.4
+    plain = connect(learner, recompute_old_logp=True)
+    metrics = Metrics()
+    token = connect(learner, metrics, recompute_old_logp=True, rollout_rs_level="token")
+    dropped = plain[ACTION_MASK] - token[ACTION_MASK]
+    assert dropped.nonzero().tolist() == [[1, 1]]  # ratio 3 > 2; e^0.4 = 1.49 is kept
+    assert metrics.values["rollout_rs_masked_frac"] == pytest.approx(1 / 17)  # of 2+4+5+6
+    assert metrics.values["rollout_rs_seq_masked_frac"] == pytest.approx(1 / 4)
+    sequence = connect(learner, recompute_old_logp=True, rollout_rs_level="sequence")
+    # Row 1's product is 3 and row 2's e^2 = 7.4: both dropped whole.
+    assert sequence[ACTION_MASK].sum(-1).tolist() == [2, 0, 0, 6]
+    geometric = connect(learner, recompute_old_logp=True, rollout_rs_level="geometric",
+                        rollout_rs_threshold=1.45)
+    # Geometric means: row 1 3^(1/4) = 1.32 (kept), row 2 e^0.4 = 1.49 (dropped).
+    assert geometric[ACTION_MASK].sum(-1).tolist() == [2, 4, 0, 6]
+    assert torch.equal(token[ADVANTAGES], plain[ADVANTAGES])  # the baselines are untouched
+
+
 @pytest.mark.parametrize("overrides,match", [
     ({"overlong_buffer_len": 7}, "overlong_buffer_len=7 is longer than response_length=6"),
     ({"overlong_penalty_factor": 0.5}, "overlong_penalty_factor=0.5 has no effect"),
     ({"overlong_buffer_len": 0}, "overlong_buffer_len"),
     ({"overlong_penalty_factor": -1.0}, "overlong_penalty_factor"),
+    ({"rollout_rs_level": "token"}, "rollout_rs_level='token' needs recompute_old_logp"),
+    ({"rollout_rs_threshold_lower": 0.5}, "rollout_rs_threshold_lower=0.5 has no effect"),
+    ({"rollout_rs_level": "token", "recompute_old_logp": True, "rollout_rs_threshold": 0.9},
+     "rollout_rs_threshold=0.9 must be > 1"),
+    ({"rollout_rs_level": "token", "recompute_old_logp": True,
+      "rollout_rs_threshold_lower": 1.2}, "rollout_rs_threshold_lower=1.2 must be < 1"),
 ])
 def test_bad_overlong_settings_are_refused_naming_them(overrides, match):
     cfg = embedded_config("ppo", response_length=RESPONSE_LENGTH)
