@@ -63,6 +63,7 @@ def check_all(cfg) -> None:
     check_combinations(cfg)
     check_lengths(cfg)
     check_overlong(cfg)
+    check_dynamic_sampling(cfg)
     check_env_config(cfg)
     check_evaluation(cfg)
 
@@ -243,6 +244,19 @@ def check_lengths(cfg) -> None:
             f"(max_position_embeddings of {cfg.model_name_or_path!r}); lower them, or set "
             "prompt_length=None to use what the response leaves."
         )
+
+
+def check_dynamic_sampling(cfg) -> None:
+    """Dynamic sampling filters prompt groups, so there must be groups; its cap must be read."""
+    if cfg.dynamic_sampling and cfg.num_return_sequences_in_group < 2:
+        raise ValueError(
+            "RLVRConfig.dynamic_sampling=True keeps prompt groups whose rewards differ, which "
+            f"needs num_return_sequences_in_group >= 2 (got "
+            f"{cfg.num_return_sequences_in_group}).")
+    if not cfg.dynamic_sampling and cfg.dynamic_sampling_max_rounds != 4:
+        raise ValueError(
+            f"RLVRConfig.dynamic_sampling_max_rounds={cfg.dynamic_sampling_max_rounds} has no "
+            "effect without dynamic_sampling=True; set that too.")
 
 
 def check_overlong(cfg) -> None:

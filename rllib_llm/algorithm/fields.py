@@ -482,6 +482,15 @@ FIELDS: tuple[Field, ...] = (
           "advantage"),
     Field("advantage_clip", 2.0, "Clamp advantages to +-advantage_clip; None = off.",
           optional(positive), "advantage"),
+    Field("dynamic_sampling", False,
+          "DAPO's dynamic sampling (verl's algorithm.filter_groups): sample whole batches again "
+          "until rollout_batch_size prompt groups whose final rewards differ are held (a group "
+          "scoring all alike has zero advantage), at most dynamic_sampling_max_rounds batches; "
+          "short of that, uninformative groups fill the batch. Logged under dynamic_sampling/. "
+          "Needs num_return_sequences_in_group >= 2.", boolean, "advantage"),
+    Field("dynamic_sampling_max_rounds", 4,
+          "Most batches dynamic_sampling samples in one iteration, the first included (verl's "
+          "max_num_gen_batches).", positive_int, "advantage"),
     Field("overlong_buffer_len", None,
           "DAPO's soft overlong punishment (verl's overlong_buffer.len, L_cache): a response of L "
           "tokens (as response_length counts them) gets min(0, max(-1, (response_length - "

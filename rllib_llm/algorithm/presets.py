@@ -89,13 +89,13 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     _preset(
         "dapo", "DAPO, Yu et al. 2025, arXiv:2503.14476",
         "GRPO advantages with clip-higher (0.2 / 0.28), token-level loss and no KL, 16 responses "
-        "per prompt. Not included: DAPO's dynamic sampling (refilling batches with groups whose "
-        "answers differ). Its overlong reward shaping is overlong_buffer_len (the paper's is "
-        "4,096 of 20,480 tokens: set one for your response_length) with "
+        "per prompt, dynamic sampling (batches refilled with groups whose answers differ, up to "
+        "4 rounds). Its overlong reward shaping is a length in tokens, so it is left to you: "
+        "overlong_buffer_len (the paper's is 4,096 of 20,480 tokens), and "
         "mask_truncated_completions for its overlong filtering.",
         adv_estimator="grpo", num_return_sequences_in_group=16, pg_variant="ppo",
         pg_clip_low=0.2, pg_clip_high=0.28, use_kl_loss=False, loss_agg_mode="token-mean",
-        whiten_advantages=False, advantage_clip=None,
+        whiten_advantages=False, advantage_clip=None, dynamic_sampling=True,
     ),
     _preset(
         "rloo", "RLOO, Ahmadian et al. 2024, arXiv:2402.14740",

@@ -27,6 +27,7 @@ from rllib_llm.algorithm.async_sampling import (
     staleness,
     staleness_metrics,
 )
+from rllib_llm.algorithm.dynamic_sampling import DYNAMIC_RESULTS, fill_batch
 from rllib_llm.algorithm.evaluation import (
     check_held_out,
     evaluation_metrics,
@@ -90,7 +91,7 @@ class RLVR(Algorithm):
 
     def training_step(self) -> None:
         with self.metrics.log_time((TIMERS, SAMPLE_TIMER), reduce="mean", window=1):
-            batch = self._sample(self._learner_version())
+            batch = self._sample_batch(self._learner_version())
         self.metrics.aggregate(batch.runner_metrics, key=ENV_RUNNER_RESULTS)
         for name, value in batch.metrics.items():
             self.metrics.log_value((ASYNC_RESULTS, name), value, window=1)
@@ -179,6 +180,18 @@ class RLVR(Algorithm):
                 local_env_runner=False)
         if self._async is not None and ASYNC_BATCHES in state:
             self._async.set_state(state[ASYNC_BATCHES])
+
+    def _sample_batch(self, learner_version: int) -> Batch:
+        """This iteration's batch: one round of sampling, or with `dynamic_sampling` as many as
+        it takes to hold `rollout_batch_size` informative groups (dynamic_sampling.py)."""
+        cfg = self.config
+        if not cfg.dynamic_sampling:
+            return self._sample(learner_version)
+        batch, metrics = fill_batch(lambda: self._sample(learner_version),
+                                    cfg.rollout_batch_size, cfg.dynamic_sampling_max_rounds)
+        for name, value in metrics.items():
+            self.metrics.log_value((DYNAMIC_RESULTS, name), value, window=1)
+        return batch
 
     def _sample(self, learner_version: int) -> Batch:
         """This iteration's episodes: generated ahead (asynchronous training), or now by every
