@@ -105,11 +105,17 @@ def finish(results, run_dir: Path) -> int:
     parts = [f"{label} {value:.3f}" for label, key in
              (("reward", m.REWARD), ("accuracy", m.ACCURACY))
              if (value := result_value(metrics, key)) is not None]
-    print(f"{'failed' if status else 'done'} after {done} iterations: {', '.join(parts)}")
+    print(f"{'failed' if status else 'done'} after {done} iterations"
+          + (f": {', '.join(parts)}" if parts else ""))
     if result.checkpoint is not None:
         print(f"last checkpoint: {result.checkpoint.path}")
-    print(f"next: rllib-llm plot {run_dir} | rllib-llm export {run_dir} OUT | "
-          f"rllib-llm eval {run_dir}")
+    # Only what there is something for: plot needs an iteration's results, export and eval a
+    # checkpoint (a run that failed before either has nothing to go on with).
+    if result.checkpoint is not None:
+        print(f"next: rllib-llm plot {run_dir} | rllib-llm export {run_dir} OUT | "
+              f"rllib-llm eval {run_dir}")
+    elif done:
+        print(f"next: rllib-llm plot {run_dir}")
     return status
 
 
