@@ -49,6 +49,7 @@ import gymnasium
 import numpy as np
 from rllib_llm.envs.env_config import MathVerifyEnvConfig
 from rllib_llm.envs.problem_set import (
+    PromptRoom,
     check_dropped_share,
     load_problem_set,
     load_tokenizer_by_name,
@@ -100,6 +101,9 @@ class MathVerifyEnv(gymnasium.Env):
         self.action_space = gymnasium.spaces.Discrete(self.vocab_size)
         self.response_length = cfg.response_length
         self.split = cfg.split
+        # Only read to word an error about prompt_length: a hint to raise it beyond what the
+        # model's context holds beside the response could not be followed.
+        room = PromptRoom(cfg.response_length, lambda: _context_length(cfg))
         self._problems = load_problem_set(
             self.tokenizer,
             dataset=cfg.dataset,
@@ -108,12 +112,14 @@ class MathVerifyEnv(gymnasium.Env):
             answer_key=cfg.answer_key,
             dataset_kwargs=cfg.dataset_kwargs,
             prompt_length=cfg.prompt_length,
+            room=room,
         )
         check_dropped_share(
             self._problems,
             max_fraction=cfg.max_dropped_prompt_fraction,
             prompt_length=cfg.prompt_length,
             source=f"{cfg.dataset!r} (split={cfg.split!r})",
+            room=room,
         )
         self.num_problems = len(self._problems.prompts)
         self.num_dropped_prompts = self._problems.num_dropped
@@ -395,4 +401,17 @@ def _int_array(values: Sequence[Any]) -> np.ndarray | None:
     try:
         return np.frombuffer(array.array("q", values), dtype=np.int64)
     except (TypeError, OverflowError):
+        return None
+
+
+def _context_length(cfg: MathVerifyEnvConfig) -> int | None:
+    """The context length of `cfg.model`, None when unknown (a tokenizer object was given
+    instead of a model, or its config cannot be read)."""
+    if cfg.tokenizer is not None:
+        return None
+    from rllib_llm.models.context_length import model_context_length
+
+    try:
+        return model_context_length(cfg.model)
+    except (OSError, ValueError):
         return None

@@ -12,7 +12,7 @@ import functools
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,8 +68,13 @@ def load_problem_set(
     answer_key: str,
     dataset_kwargs: Mapping[str, Any],
     prompt_length: int,
+    room: PromptRoom | None = None,
 ) -> ProblemSet:
-    """Load and tokenize the problems of `dataset`, keeping prompts of 1..prompt_length tokens."""
+    """Load and tokenize the problems of `dataset`, keeping prompts of 1..prompt_length tokens.
+
+    room: how far prompt_length can rise (the model's context and the response length), for
+        the hint when no prompt is kept.
+    """
     key = (
         id(tokenizer),
         dataset,
@@ -86,7 +91,7 @@ def load_problem_set(
     problems = load_problems(
         dataset, split=split, prompt_key=prompt_key, answer_key=answer_key, **dataset_kwargs
     )
-    problem_set = _tokenize(tokenizer, problems, prompt_length, dataset)
+    problem_set = _tokenize(tokenizer, problems, prompt_length, dataset, room)
     with _cache_lock:
         _cache[key] = (tokenizer, problem_set)
         while len(_cache) > _CACHE_SIZE:
@@ -94,7 +99,52 @@ def load_problem_set(
     return problem_set
 
 
-def _tokenize(tokenizer, problems: list[dict], prompt_length: int, source: str) -> ProblemSet:
+@dataclass(frozen=True)
+class PromptRoom:
+    """What bounds prompt_length from above, so that a hint to raise it is one that can be
+    followed: prompt_length + response_length must fit the model's context.
+
+    Attributes:
+        response_length: tokens kept for the response.
+        context_length: called (only to word an error) for the model's context in tokens, or
+            None when unknown.
+    """
+
+    response_length: int
+    context_length: Callable[[], int | None]
+
+    def fix_for_none_kept(self, shortest: int) -> str:
+        """The fix when every prompt is longer than prompt_length; `shortest`: the shortest's
+        tokens."""
+        context, r = self.context_length(), self.response_length
+        if context is None or shortest + r <= context:
+            return f"raise prompt_length to at least {shortest}"
+        if shortest >= context:
+            return (f"the shortest has {shortest} tokens, more than the model's context of "
+                    f"{context} tokens holds beside a response: this model cannot take these "
+                    "prompts; use a model with a longer context, or shorter prompts")
+        return (f"raise prompt_length to at least {shortest} and lower response_length={r} to "
+                f"at most {context - shortest} (prompt_length + response_length must fit the "
+                f"model's context of {context} tokens)")
+
+    def fix_for_too_many_dropped(self, longest: int, prompt_length: int) -> str:
+        """The fix when prompt_length drops too many prompts; `longest`: the longest's tokens."""
+        context, r = self.context_length(), self.response_length
+        if context is None or longest + r <= context:
+            return f"raise prompt_length (to {longest} to keep them all)"
+        if longest < context:
+            return (f"raise prompt_length to {longest} and lower response_length={r} to at most "
+                    f"{context - longest} to keep them all (prompt_length + response_length "
+                    f"must fit the model's context of {context} tokens)")
+        most = context - r  # the longest prompt_length the context allows with this response
+        room = (f"raise prompt_length to at most {most}" if most > prompt_length
+                else "prompt_length cannot rise")
+        return (f"the model's context of {context} tokens cannot hold the longest beside a "
+                f"response: {room} (with response_length={r}; lower that for more)")
+
+
+def _tokenize(tokenizer, problems: list[dict], prompt_length: int, source: str,
+              room: PromptRoom | None = None) -> ProblemSet:
     from rllib_llm.models import encode_prompt
 
     kept, shortest, longest = [], None, 0
@@ -106,10 +156,15 @@ def _tokenize(tokenizer, problems: list[dict], prompt_length: int, source: str) 
         elif ids:
             shortest = len(ids) if shortest is None else min(shortest, len(ids))
     if not kept:
-        hint = f"at least {shortest}" if shortest is not None else "a value that fits them"
+        if shortest is None:
+            hint = "raise prompt_length to a value that fits them"
+        elif room is None:
+            hint = f"raise prompt_length to at least {shortest}"
+        else:
+            hint = room.fix_for_none_kept(shortest)
         raise ValueError(
             f"prompt_length={prompt_length} drops all {len(problems)} prompts of {source!r}: "
-            f"none has 1..{prompt_length} tokens; raise prompt_length to {hint}"
+            f"none has 1..{prompt_length} tokens; {hint}"
         )
     num_dropped = len(problems) - len(kept)
     if num_dropped:
@@ -125,19 +180,25 @@ def _tokenize(tokenizer, problems: list[dict], prompt_length: int, source: str) 
 
 
 def check_dropped_share(
-    problem_set: ProblemSet, *, max_fraction: float, prompt_length: int, source: str
+    problem_set: ProblemSet, *, max_fraction: float, prompt_length: int, source: str,
+    room: PromptRoom | None = None,
 ) -> None:
     """Refuse a problem set that lost more than `max_fraction` of its prompts to `prompt_length`.
 
-    Raises ValueError naming the count, the total, the longest prompt and both fixes.
+    Raises ValueError naming the count, the total, the longest prompt and both fixes (with
+    `room`, a prompt_length the model's context can hold).
     """
     if problem_set.dropped_fraction <= max_fraction:
         return
     total = problem_set.num_dropped + len(problem_set.prompts)
+    longest = problem_set.longest_prompt
+    if room is None:
+        fix = f"raise prompt_length (to {longest} to keep them all)"
+    else:
+        fix = room.fix_for_too_many_dropped(longest, prompt_length)
     raise ValueError(
         f"prompt_length={prompt_length} drops {problem_set.num_dropped} of {total} prompts of "
         f"{source} ({problem_set.dropped_fraction:.1%}), more than max_dropped_prompt_fraction="
-        f"{max_fraction}; the longest prompt has {problem_set.longest_prompt} tokens (chat "
-        f"template included): raise prompt_length (to {problem_set.longest_prompt} to keep them "
-        "all), or raise max_dropped_prompt_fraction to train on what is left"
+        f"{max_fraction}; the longest prompt has {longest} tokens (chat template included): "
+        f"{fix}, or raise max_dropped_prompt_fraction to train on what is left"
     )

@@ -59,6 +59,7 @@ def resolve_derived(cfg) -> None:
 
 def check_all(cfg) -> None:
     """Every rule, in order (the fields' own rules have passed)."""
+    check_model(cfg)
     check_rllib_settings(cfg)
     check_combinations(cfg)
     check_lengths(cfg)
@@ -66,6 +67,31 @@ def check_all(cfg) -> None:
     check_dynamic_sampling(cfg)
     check_env_config(cfg)
     check_evaluation(cfg)
+
+
+def check_model(cfg) -> None:
+    """model_name_or_path (and critic_model_name_or_path) can be loaded: a missing local path,
+    or a hub id that cannot be fetched, fails here at once, naming the setting (not after the
+    hub's retries, as a traceback). Those two raise FileNotFoundError, as loading would."""
+    from rllib_llm.models import resolve_checkpoint
+
+    for name in ("model_name_or_path", "critic_model_name_or_path"):
+        value = getattr(cfg, name)
+        if value is None:
+            continue
+        try:
+            resolve_checkpoint(value, kind="model", setting=f"RLVRConfig.{name}")
+        except ValueError as e:
+            raise ValueError(f"RLVRConfig.{name}: {e}") from e
+    try:
+        cfg.model_context_length  # reads the model's config.json (from the hub for a hub id)
+    except OSError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(
+            f"RLVRConfig.model_name_or_path={cfg.model_name_or_path!r}: its config cannot be "
+            f"read ({first}); pass a local checkpoint directory, 'embedded', or a hub id that "
+            "exists"
+        ) from e
 
 
 def check_rllib_settings(cfg) -> None:

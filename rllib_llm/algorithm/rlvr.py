@@ -27,6 +27,7 @@ from rllib_llm.algorithm.async_sampling import (
     staleness,
     staleness_metrics,
 )
+from rllib_llm.algorithm.cluster_fit import fit_check
 from rllib_llm.algorithm.dynamic_sampling import DYNAMIC_RESULTS, fill_batch
 from rllib_llm.algorithm.evaluation import (
     check_held_out,
@@ -59,7 +60,9 @@ class RLVR(Algorithm):
         return RLVRConfig(cls)
 
     def setup(self, config) -> None:
-        super().setup(config)
+        # Actors the cluster cannot hold would wait forever, silently: say so first.
+        with fit_check(config):
+            super().setup(config)
         self._weight_broadcast = None
         if config.weight_sync_backend != "object_store":
             from rllib_llm.algorithm.weight_sync import BroadcastWeightSync

@@ -8,8 +8,12 @@ MODEL is a run or checkpoint directory (`rllib_llm.outputs.checkpoints.find_chec
 Face model directory (one with config.json), or a model name ("embedded", a hub id). The evaluation
 is RLVR's own (`RLVR.evaluate_accuracy`): a checkpoint's run is rebuilt from its config with its
 policy's weights restored, so its env, held-out data and evaluation settings are the defaults;
-a model gets RLVRConfig's defaults. Options override either; they are evaluation settings
-(RLlib's `evaluation_config`), so e.g. --temperature 0 (greedy) is allowed.
+a model gets RLVRConfig's defaults, except that an export (`rllib-llm export`) samples as its
+generation_config.json records the run's sampler: max_new_tokens as response_length, its
+temperature (0, greedy, where do_sample is false) and top_p. Options override any of these; they
+are evaluation settings (RLlib's `evaluation_config`), so e.g. --temperature 0 (greedy) is
+allowed. Settings that cannot be evaluated (held-out problems that are the training ones) are
+refused before anything is loaded.
 """
 
 from __future__ import annotations
@@ -41,7 +45,8 @@ def add_parser(subparsers) -> None:
         description="Score a policy on held-out problems: pass@1 (mean correctness of all "
                     "samples) and pass@k (share of problems with a correct sample, k = "
                     "--samples). Defaults: a checkpoint's own run settings; for a model, "
-                    f"RLVRConfig's ({_model_defaults()}).",
+                    f"RLVRConfig's ({_model_defaults()}), but an export samples as its "
+                    "generation_config.json says (max_new_tokens, temperature, top_p).",
     )
     parser.add_argument("model", metavar="MODEL",
                         help="a run or checkpoint directory, a Hugging Face model directory, "
@@ -89,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         checkpoint = _checkpoint(args.model, args.checkpoint)
         config = eval_config(args, checkpoint)
+        check_evaluable(config)
     except (CheckpointError, FileNotFoundError, ValueError) as e:
         print(f"rllib-llm eval: error: {e}", file=sys.stderr)
         return 2
@@ -119,6 +125,38 @@ def _checkpoint(model: str, checkpoint: str | None) -> Path | None:
     return None
 
 
+def check_evaluable(config: RLVRConfig) -> None:
+    """What RLVR would refuse only once built (seconds of loading later, as a traceback): the
+    held-out problems must not be the training ones."""
+    from rllib_llm.algorithm.evaluation import check_held_out
+
+    check_held_out(config, config.get_evaluation_config_object())
+
+
+def export_sampling(model: str) -> dict[str, Any]:
+    """The evaluation settings an export's generation_config.json records (the run's sampler,
+    `rllib_llm.outputs.checkpoints._generation_config`): response_length from max_new_tokens,
+    temperature (0 where do_sample is false: greedy) and top_p. Empty for anything but an
+    export of ours (a directory with `EXPORT_INFO`)."""
+    from rllib_llm.outputs.checkpoints import EXPORT_INFO
+
+    path = Path(model).expanduser()
+    generation = path / "generation_config.json"
+    if not (path / EXPORT_INFO).is_file() or not generation.is_file():
+        return {}
+    recorded = json.loads(generation.read_text())
+    settings: dict[str, Any] = {}
+    if isinstance(recorded.get("max_new_tokens"), int):
+        settings["response_length"] = recorded["max_new_tokens"]
+    if recorded.get("do_sample") is False:
+        settings["temperature"] = 0.0
+    elif isinstance(recorded.get("temperature"), (int, float)):
+        settings["temperature"] = float(recorded["temperature"])
+    if isinstance(recorded.get("top_p"), (int, float)):
+        settings["top_p"] = float(recorded["top_p"])
+    return settings
+
+
 def eval_config(args: argparse.Namespace, checkpoint: Path | None) -> RLVRConfig:
     """What to evaluate with: the checkpoint's run config, or RLVRConfig's defaults for a model,
     sampling in this process, with the options given set in its evaluation config."""
@@ -133,8 +171,9 @@ def eval_config(args: argparse.Namespace, checkpoint: Path | None) -> RLVRConfig
         config = load_run_config(checkpoint)
         if args.env:
             config.environment(args.env)
-    overrides = {field: getattr(args, option) for option, field in EVAL_OPTIONS.items()
-                 if getattr(args, option) is not None}
+    overrides = {} if checkpoint is not None else export_sampling(args.model)
+    overrides.update({field: getattr(args, option) for option, field in EVAL_OPTIONS.items()
+                      if getattr(args, option) is not None})
     for field, value in overrides.items():
         check_field(field, value, in_evaluation=True)
     return (config

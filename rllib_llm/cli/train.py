@@ -63,14 +63,20 @@ def run(args: argparse.Namespace) -> int:
 def start(run_file: RunFile, run_dir: Path) -> int:
     from ray import tune
 
+    from rllib_llm.algorithm.cluster_fit import check_trial_fits
     from rllib_llm.algorithm.rlvr import RLVR
     from rllib_llm.cli.tune_runs import init_ray, run_config, write_run_file
 
     run = run_file.run
+    init_ray()
+    try:
+        check_trial_fits(run_file.to_config())  # Tune would wait for it forever, silently
+    except ValueError as e:
+        print(f"rllib-llm train: error: {e}", file=sys.stderr)
+        return 2
     write_run_file(run_dir, run_file.sections)
     print(f"run directory: {run_dir} ({run['iterations']} iterations, a checkpoint every "
           f"{run['checkpoint_every'] or 'run (at the end)'})", flush=True)
-    init_ray()
     tuner = tune.Tuner(RLVR, param_space=run_file.to_config(),
                        run_config=run_config(run_dir, run, progress_bar=run["progress"]))
     return finish(tuner.fit(), run_dir)
@@ -105,11 +111,17 @@ def finish(results, run_dir: Path) -> int:
     parts = [f"{label} {value:.3f}" for label, key in
              (("reward", m.REWARD), ("accuracy", m.ACCURACY))
              if (value := result_value(metrics, key)) is not None]
-    print(f"{'failed' if status else 'done'} after {done} iterations: {', '.join(parts)}")
+    print(f"{'failed' if status else 'done'} after {done} iterations"
+          + (f": {', '.join(parts)}" if parts else ""))
     if result.checkpoint is not None:
         print(f"last checkpoint: {result.checkpoint.path}")
-    print(f"next: rllib-llm plot {run_dir} | rllib-llm export {run_dir} OUT | "
-          f"rllib-llm eval {run_dir}")
+    # Only what there is something for: plot needs an iteration's results, export and eval a
+    # checkpoint (a run that failed before either has nothing to go on with).
+    if result.checkpoint is not None:
+        print(f"next: rllib-llm plot {run_dir} | rllib-llm export {run_dir} OUT | "
+              f"rllib-llm eval {run_dir}")
+    elif done:
+        print(f"next: rllib-llm plot {run_dir}")
     return status
 
 

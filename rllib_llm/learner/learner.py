@@ -272,12 +272,9 @@ class RLVRLearner(TorchLearner):
             raise FloatingPointError(
                 f"RLVR: {self._nonfinite_in_a_row} optimizer steps in a row had a non-finite "
                 f"loss or gradient (last: loss={loss}, grad norm={grad_norm}); they were skipped, "
-                "and training stops here before the weights are corrupted. Likely causes: a "
-                f"learning rate too high (lr={cfg.lr!r}), too little precision "
-                f"(model_dtype={cfg.model_dtype!r}: try 'float32'), no gradient clipping "
-                f"(grad_clip={cfg.grad_clip!r}), or non-finite rewards. "
-                f"max_consecutive_nonfinite_steps={cfg.max_consecutive_nonfinite_steps} sets "
-                "how many are tolerated."
+                f"and training stops here before the weights are corrupted. "
+                f"{nonfinite_causes(cfg)}. max_consecutive_nonfinite_steps="
+                f"{cfg.max_consecutive_nonfinite_steps} sets how many are tolerated."
             )
 
     # --- the loss of one micro-batch ------------------------------------------------------------
@@ -459,3 +456,32 @@ def _detached(tree: Any) -> Any:
         return type(tree)(_detached(v) for v in tree)
     return tree
 
+
+# A learning rate above this is large for fine-tuning a pretrained LM (recipes use 1e-6 to 1e-5;
+# the tiny embedded model's demo schedule peaks at 4e-4).
+LARGE_LR = 1e-3
+
+
+def nonfinite_causes(cfg) -> str:
+    """The likely causes of non-finite steps that `cfg` shows, each with its fix: a large
+    learning rate, a 16-bit dtype, no gradient clipping; non-finite rewards are always
+    possible."""
+    lr = cfg.lr
+    peak = max(value for _, value in lr) if isinstance(lr, (list, tuple)) else lr
+    causes = []
+    if peak > LARGE_LR:
+        peaks = "" if peak == lr else f", peaking at {peak:g}"
+        causes.append(f"a learning rate too high (lr={lr!r}{peaks}: above {LARGE_LR:g} is large "
+                      "for fine-tuning a pretrained model; try 1e-5 or lower)")
+    if cfg.model_dtype == "float16":
+        causes.append("too little precision (model_dtype='float16': try 'bfloat16' or "
+                      "'float32')")
+    elif cfg.model_dtype == "bfloat16":
+        causes.append("too little precision (model_dtype='bfloat16': try 'float32')")
+    if cfg.grad_clip is None:
+        causes.append("no gradient clipping (grad_clip=None: set e.g. grad_clip=1.0)")
+    rewards = "non-finite rewards or advantages (a verifier's or a custom estimator's)"
+    if not causes:
+        return (f"lr={lr!r}, model_dtype={cfg.model_dtype!r} and grad_clip={cfg.grad_clip!r} are "
+                f"not the usual suspects; likely cause: {rewards}, else lower lr")
+    return f"Likely causes: {', '.join(causes)}, or {rewards}"

@@ -7,15 +7,25 @@ Any other name goes to Hugging Face's `Auto*.from_pretrained` (a local directory
 a machine that can reach the hub). All go through the same code path, so the embedded
 checkpoints exercise exactly what a user's model does.
 
-A name that is a local path is checked here first (`resolve_checkpoint`): a path that does not
-exist, or a directory without the files a checkpoint needs, fails at once with what is wrong,
-instead of being sent to the hub as a repo id (tens of seconds of retries, then a message about
-repo id syntax).
+A name is checked here first (`resolve_checkpoint`), so that a mistake fails at once with what
+is wrong instead of going to the hub (tens of seconds of retries, then a traceback about the
+internet connection or repo id syntax): a local path that does not exist, a directory without
+the files a checkpoint needs, and a hub id that cannot be fetched (HF_HUB_OFFLINE, or the hub
+unreachable) and is not in the local cache.
+
+Which names are paths: an existing file or directory; else anything a hub id cannot be (Hugging
+Face's own repo id rule: "name" or "org/name" of letters, digits, '-', '_' and '.'): an absolute
+path, one starting with ./ ../ or ~, one with two or more '/' or a '\\', one with a space or
+another character a repo id forbids; and "dir/name" where dir is an existing local directory.
+A well-formed "org/name" is never taken for a path, so "runs/model" with no runs/ here is a hub
+id, and it fails at once too when the hub cannot be reached.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -74,48 +84,122 @@ def resolve_path(name_or_path: str) -> str:
     return str(shipped) if shipped is not None else name_or_path
 
 
-def resolve_checkpoint(name_or_path: str, *, kind: str) -> str:
+def resolve_checkpoint(name_or_path: str, *, kind: str, setting: str | None = None) -> str:
     """What to pass to `from_pretrained` for `name_or_path`, checked for a `kind` checkpoint.
 
     Args:
         name_or_path: "embedded", "embedded_tool", a local directory, or a hub id ("org/name").
         kind: "model" (needs `MODEL_CONFIG` and one of `MODEL_WEIGHTS`) or "tokenizer" (needs one
             of `TOKENIZER_FILES`).
+        setting: the setting `name_or_path` came from (e.g. "RLVRConfig.model_name_or_path"),
+            named in the errors instead of "model path".
 
-    Returns the local directory (`~` expanded) or the hub id unchanged. Raises FileNotFoundError
-    for a path that does not exist, ValueError for a file or a directory missing what `kind`
-    needs; both without touching the hub or importing transformers, so they come at once.
+    Returns the local directory (`~` expanded), the hub id unchanged, or, for a hub id in the
+    local cache while the hub is unreachable, its cached snapshot directory (so that loading it
+    makes no network calls). Raises FileNotFoundError for a path that does not exist and for a
+    hub id that cannot be fetched (HF_HUB_OFFLINE, or the hub unreachable) and is not cached,
+    ValueError for a file or a directory missing what `kind` needs; all without importing
+    transformers, so they come at once (the one network call is a single request to the hub,
+    bounded by `HUB_PROBE_TIMEOUT_S`, made once per process).
     """
     if kind not in ("model", "tokenizer"):
         raise ValueError(f"kind={kind!r} is not one of ['model', 'tokenizer']; pick one of them")
     path = os.path.expanduser(resolve_path(name_or_path))
+    subject = f"{setting}={name_or_path!r}" if setting else f"{kind} path {name_or_path!r}"
     if os.path.isdir(path):
         _check_checkpoint_files(name_or_path, Path(path), kind)
         return path
     if os.path.exists(path):
         raise ValueError(
-            f"{kind} path {name_or_path!r} is a file; pass the checkpoint directory that holds "
+            f"{subject} is a file; pass the checkpoint directory that holds "
             f"it (written by save_pretrained), or a hub id"
         )
     if _looks_like_path(name_or_path):
         raise FileNotFoundError(
-            f"{kind} path {name_or_path!r} does not exist (resolved to "
+            f"{subject} does not exist (resolved to "
             f"{os.path.abspath(path)!r}); fix the path (a relative one starts at the working "
             "directory), or pass 'embedded' or a Hugging Face hub id like 'org/name'"
         )
-    return name_or_path  # a hub id
+    return _hub_checkpoint(name_or_path, kind, setting)
+
+
+# The longest the one request that tells whether the hub answers may take (a resolver that
+# never answers included).
+HUB_PROBE_TIMEOUT_S = 5.0
+
+
+def _hub_checkpoint(repo_id: str, kind: str, setting: str | None) -> str:
+    """`repo_id` if the hub can be asked for it; else its cached snapshot; else FileNotFoundError
+    naming the local path it is not and why the hub cannot supply it."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        why = "HF_HUB_OFFLINE is set"
+    else:
+        unreachable = _hub_unreachable(constants.ENDPOINT)
+        if unreachable is None:
+            return repo_id  # Hugging Face fetches it (or says what is wrong with the id)
+        why = f"the hub cannot be reached ({unreachable})"
+    cached = _cached_snapshot(repo_id, kind)
+    if cached is not None:
+        return cached
+    subject = f"{setting}={repo_id!r}" if setting else f"{kind} {repo_id!r}"
+    raise FileNotFoundError(
+        f"{subject} is no local path ({os.path.abspath(os.path.expanduser(repo_id))!r} does "
+        f"not exist) and, as a Hugging Face hub id, it is not in the local cache and {why}; "
+        "fix the path (a relative one starts at the working directory), pass 'embedded', or "
+        "download the model where the hub is reachable"
+    )
+
+
+@lru_cache(maxsize=4)
+def _hub_unreachable(endpoint: str) -> str | None:
+    """Why the hub at `endpoint` does not answer one HEAD request (any HTTP answer is an answer),
+    or None when it does. Once per process and endpoint."""
+    from huggingface_hub.utils import get_session
+
+    outcome: list[str | None] = []
+
+    def probe() -> None:
+        try:
+            get_session().head(endpoint, timeout=HUB_PROBE_TIMEOUT_S)
+            outcome.append(None)
+        except Exception as e:  # any failure to get an answer is the answer
+            outcome.append(f"{type(e).__name__}: {e}".splitlines()[0])
+
+    thread = threading.Thread(target=probe, daemon=True, name="hub-probe")
+    thread.start()
+    thread.join(HUB_PROBE_TIMEOUT_S + 1.0)  # a resolver lookup is not bounded by the timeout
+    return outcome[0] if outcome else f"no answer from {endpoint} in {HUB_PROBE_TIMEOUT_S:g} s"
+
+
+def _cached_snapshot(repo_id: str, kind: str) -> str | None:
+    """The cached snapshot directory of `repo_id`, if it holds a `kind` checkpoint."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        snapshot = snapshot_download(repo_id, local_files_only=True)
+    except (LocalEntryNotFoundError, OSError, ValueError):
+        return None
+    try:
+        _check_checkpoint_files(repo_id, Path(snapshot), kind)
+    except ValueError:
+        return None
+    return snapshot
 
 
 def _looks_like_path(name: str) -> bool:
-    """Whether `name` is meant as a local path, not a hub id ("org/name" has one slash)."""
+    """Whether `name` is meant as a local path: it could not be a hub id, or its first part is
+    an existing local directory (see the module docstring)."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
     parent = os.path.dirname(name)
-    return (
-        os.path.isabs(name)
-        or name.startswith(("./", "../", "~"))
-        or name in (".", "..")
-        or name.count("/") > 1
-        or (bool(parent) and os.path.isdir(os.path.expanduser(parent)))
-    )
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return True  # absolute, ./ ../ ~, two or more '/', a space, '\\', '--', ...
+    return name in (".", "..") or (bool(parent) and os.path.isdir(os.path.expanduser(parent)))
 
 
 def _check_checkpoint_files(name: str, path: Path, kind: str) -> None:

@@ -105,3 +105,93 @@ def test_the_generate_budget_reaches_the_torch_engine_and_splits_its_batches(mon
         assert rows_per_batch == [1] * 8
     finally:
         algo.stop()
+
+
+# --- actors the cluster cannot hold (algorithm/cluster_fit.py) ---------------------------------
+# RLlib's defaults: 1 CPU per learner and per env runner. On this module's 2-CPU Ray (started by
+# ray.init() here: no node can join it) two learners and a runner ask for 3, and build_algo()
+# waited for them forever, silently.
+
+
+def _actors_config(**resources) -> RLVRConfig:
+    learners = {k: v for k, v in resources.items() if "learner" in k}
+    runners = {k: v for k, v in resources.items() if "env_runner" in k}
+    main = {k: v for k, v in resources.items() if "main_process" in k}
+    return (RLVRConfig().environment("math_verify").training(**SHAPE)
+            .learners(num_learners=2, **learners).env_runners(num_env_runners=1, **runners)
+            .resources(**main))
+
+
+@pytest.mark.timeout(120)  # before the fix: no answer at all
+@pytest.mark.usefixtures("ray_session")
+def test_actors_a_local_cluster_cannot_hold_are_refused_at_build():
+    with pytest.raises(ValueError) as refused:
+        _actors_config().build_algo()
+    assert str(refused.value) == (
+        "RLVR: the config's actors ask Ray for 3 CPU (1 env runner x 1 CPU: num_env_runners=1, "
+        "num_cpus_per_env_runner=1; 2 learners x 1 CPU: num_learners=2, "
+        "num_cpus_per_learner='auto'), but the cluster has 2 CPU, and no node can join it (Ray "
+        "was started by ray.init() in this process), so the actors would wait forever; lower "
+        "num_cpus_per_env_runner, num_env_runners, num_cpus_per_learner, num_learners "
+        "(fractions such as 0.5 work), or start Ray with more (ray.init(num_cpus=..., "
+        "num_gpus=...)).")
+
+
+def test_what_the_actors_ask_for_is_rllibs_request_without_the_driver():
+    from rllib_llm.algorithm.cluster_fit import shortfall
+
+    two = {"CPU": 2.0}
+    assert shortfall(_actors_config(), two)[0].startswith(
+        "the config's actors ask Ray for 3 CPU")
+    halves = dict(num_cpus_per_learner=0.5, num_cpus_per_env_runner=0.5)
+    assert shortfall(_actors_config(**halves), two) is None  # the 27-s run of the report
+    # The main process is the driver, which holds no Ray CPU: its setting does not count.
+    assert shortfall(_actors_config(**halves, num_cpus_for_main_process=1), two) is None
+    # GPUs are named with their own settings.
+    gpu = shortfall(_actors_config(num_gpus_per_learner=1), {"CPU": 8.0})
+    assert gpu == ("the config's actors ask Ray for 2 GPU (2 learners x 1 GPU: num_learners=2, "
+                   "num_gpus_per_learner=1), but the cluster has 0 GPU",
+                   "lower num_gpus_per_learner, num_learners (fractions such as 0.5 work)")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("ray_session")
+def test_where_nodes_can_join_the_shortfall_is_a_warning_repeated_while_waiting(caplog):
+    import time
+
+    from rllib_llm.algorithm.cluster_fit import fit_check
+
+    with caplog.at_level("WARNING", logger="rllib_llm.algorithm.cluster_fit"):
+        with fit_check(_actors_config(), can_grow=True, every_s=0.05):
+            deadline = time.monotonic() + 60
+            while len(caplog.records) < 3 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        seen = len(caplog.records)
+        time.sleep(0.2)
+    assert seen >= 3 and len(caplog.records) == seen  # repeated while waiting, then no more
+    assert {r.getMessage() for r in caplog.records} == {
+        "RLVR: the config's actors ask Ray for 3 CPU (1 env runner x 1 CPU: num_env_runners=1, "
+        "num_cpus_per_env_runner=1; 2 learners x 1 CPU: num_learners=2, "
+        "num_cpus_per_learner='auto'), but the cluster has 2 CPU; building waits until nodes "
+        "join the cluster (an autoscaler), else forever: lower num_cpus_per_env_runner, "
+        "num_env_runners, num_cpus_per_learner, num_learners (fractions such as 0.5 work)."}
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_tune_trial_the_local_cluster_cannot_hold_is_refused_before_tune_waits_for_it():
+    """`rllib-llm train` runs one Tune trial, whose placement group holds its main process too:
+    Tune kept it pending forever. The halves of the report fit outside Tune, not in a trial."""
+    from rllib_llm.algorithm.cluster_fit import check_trial_fits
+
+    halves = dict(num_cpus_per_learner=0.5, num_cpus_per_env_runner=0.5)
+    with pytest.raises(ValueError) as refused:
+        check_trial_fits(_actors_config(**halves))
+    assert str(refused.value) == (
+        "RLVR: a trial asks Ray for 2.5 CPU (the main process, 1 CPU: "
+        "num_cpus_for_main_process=1; 1 env runner x 0.5 CPU: num_env_runners=1, "
+        "num_cpus_per_env_runner=0.5; 2 learners x 0.5 CPU: num_learners=2, "
+        "num_cpus_per_learner=0.5), but the cluster has 2 CPU, and no node can join it (Ray was "
+        "started by this process), so the trial would wait forever; lower "
+        "num_cpus_for_main_process, num_cpus_per_env_runner, num_env_runners, "
+        "num_cpus_per_learner, num_learners (fractions such as 0.5 work).")
+    check_trial_fits(_actors_config(**halves, num_cpus_for_main_process=0.5))  # 2 CPU: fits

@@ -92,8 +92,10 @@ def test_a_run_is_evaluated_with_its_own_settings_unless_told(run, capsys):
                          "temperature 1.0, response_length 4, seed 0")
     assert report[2].startswith("pass@1    0.") or report[2] == "pass@1    1.0000"
     assert report[3].startswith("pass@2    ")
+    # An export samples as its generation_config.json says: max_new_tokens is the run's
+    # response_length (4), not RLVRConfig's default (16); the option given still wins.
     assert main(["eval", str(out), "--num-problems", "4", "--temperature", "0"]) == 0
-    assert "1 sample(s) each, temperature 0.0, response_length 16, seed 0" in \
+    assert "1 sample(s) each, temperature 0.0, response_length 4, seed 0" in \
         capsys.readouterr().out
 
 
@@ -116,6 +118,46 @@ def test_eval_of_a_tune_run_repeats_its_last_held_out_evaluation(tmp_path, capsy
     of_cli = eval_json(capsys, str(tmp_path / "run"))
     assert of_cli == {k: logged["evaluation"][k] for k in of_cli}
     assert (of_cli["num_problems"], of_cli["samples_per_problem"]) == (6, 2)
+
+
+def test_an_exports_generation_config_sets_the_sampling_unless_an_option_does(run, tmp_path):
+    import shutil
+
+    _, out = run
+    export = tmp_path / "export"
+    shutil.copytree(out, export)
+    generation = json.loads((export / "generation_config.json").read_text())
+    assert (generation["max_new_tokens"], generation["temperature"], generation["do_sample"]) == \
+        (4, 1.0, True)  # the run's sampler (TINY)
+
+    def evaluation(*argv: str):
+        args = build_parser().parse_args(["eval", str(export), *argv])
+        ev = eval_config(args, None).get_evaluation_config_object()
+        return ev.response_length, ev.temperature, ev.top_p
+
+    assert evaluation() == (4, 1.0, 1.0)
+    generation.update(max_new_tokens=3, temperature=0.7, top_p=0.9)
+    (export / "generation_config.json").write_text(json.dumps(generation))
+    assert evaluation() == (3, 0.7, 0.9)
+    assert evaluation("--response-length", "5", "--temperature", "0.5") == (5, 0.5, 0.9)
+    generation.update(do_sample=False)  # greedy
+    (export / "generation_config.json").write_text(json.dumps(generation))
+    assert evaluation() == (3, 0.0, 0.9)
+    # A model directory that is no export of ours keeps RLVRConfig's defaults.
+    (export / "rllib_llm_export.json").unlink()
+    assert evaluation() == (16, 1.0, 1.0)
+
+
+def test_held_out_problems_that_are_the_training_ones_are_refused_before_loading(run, capsys):
+    """Refused by the built algorithm before, after ~15 s of loading and as a 28-line
+    traceback; now as one error line, before anything is built."""
+    root, _ = run
+    expected = ("rllib-llm eval: error: RLVRConfig.eval_split='train': evaluation would score the "
+                "training problems, split 'train' of 'arithmetic'. Set eval_split to a held-out "
+                "split (e.g. 'test') or eval_dataset to a held-out data set.\n")
+    for model in (str(root), "embedded"):
+        assert main(["eval", model, "--split", "train"]) == 2
+        assert capsys.readouterr().err == expected
 
 
 def test_eval_names_what_is_wrong_with_model(tmp_path, capsys):

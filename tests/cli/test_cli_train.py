@@ -156,11 +156,32 @@ def test_the_roll_topr_file_trains_the_embedded_default_and_says_what_it_mapped(
     assert "ROLL config: mapped" in run.stdout and "not mapped: none" in run.stdout
     assert "override for the embedded model: response_length: 4096 -> 6" in run.stdout
     assert "done after 2 iterations" in run.stdout
+    assert run.stdout.rstrip().endswith(f"next: rllib-llm plot {tmp_path / 'r'} | rllib-llm "
+                                        f"export {tmp_path / 'r'} OUT | rllib-llm eval "
+                                        f"{tmp_path / 'r'}")
     # the progress bar (stderr), with the stable metrics
     assert "train: 100%" in run.stderr and "reward=" in run.stderr and "tok/s=" in run.stderr
     params = json.loads((trial_dir(tmp_path / "r") / "params.json").read_text())
     assert (params["rl_loss_coef"], params["positive_loss_coef"], params["dual_clip_c"]) == \
         (0.0, 1.0, 1.4)
+
+
+def test_a_run_that_fails_before_its_first_iteration_suggests_nothing_to_go_on_with(tmp_path):
+    """A run with nothing to plot, export or evaluate ended with "next: rllib-llm plot | export
+    | eval" all the same. Here the env cannot be built: every prompt is longer than the embedded
+    model's context (and the error says so, not to raise prompt_length past it)."""
+    problems = tmp_path / "long.jsonl"
+    problems.write_text("".join(json.dumps({"prompt": "1" * 200 + f"+{i}=", "answer": "0"}) +
+                                "\n" for i in range(4)))
+    config = tmp_path / "long.yaml"
+    config.write_text(SMALL_RUN.replace("{dataset: arithmetic, dataset_kwargs: {max_operand: 4, "
+                                        "test_size: 8}}", f"{{dataset: {problems}}}"))
+    run = subprocess.run([*CLI, "train", str(config), "--run-dir", str(tmp_path / "r")],
+                         capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=300)
+    assert run.returncode == 1, (run.stdout + run.stderr)[-4000:]
+    assert "this model cannot take these prompts" in run.stdout
+    assert run.stdout.rstrip().splitlines()[-1] == "failed after 0 iterations"
+    assert "next:" not in run.stdout
 
 
 def test_a_dry_run_prints_the_settings_and_writes_nothing(tmp_path):

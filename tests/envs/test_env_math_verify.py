@@ -432,6 +432,49 @@ def test_dropping_more_than_the_allowed_share_fails_the_build(tokenizer, tmp_pat
                  max_dropped_prompt_fraction=0.0)  # fmt: skip
 
 
+def test_a_prompt_length_hint_is_one_the_models_context_can_follow(tmp_path):
+    """The embedded model's context is 128 tokens, one per character: a hint to raise
+    prompt_length past what it leaves beside response_length was refused by the config next."""
+    from rllib_llm.algorithm.config import RLVRConfig
+
+    def env(prompts: list[str], **settings) -> MathVerifyEnv:
+        # A file per call: problem sets are cached per process by path.
+        path = write_prompts(tmp_path / f"p{len(list(tmp_path.iterdir()))}.jsonl", prompts)
+        return MathVerifyEnv(model="embedded", dataset=path, dataset_kwargs={}, **settings)
+
+    # Every prompt longer than the context: no prompt_length can take them.
+    with pytest.raises(ValueError, match=r"drops all 3 prompts .*; the shortest has 130 tokens, "
+                       r"more than the model's context of 128 tokens holds beside a response: "
+                       r"this model cannot take these prompts; use a model with a longer "
+                       r"context, or shorter prompts$"):  # fmt: skip
+        env(["1" * 130, "1" * 131, "1" * 140], prompt_length=64, response_length=6)
+    # They fit with a shorter response: the hint says both, and following it works.
+    with pytest.raises(ValueError, match=r"; raise prompt_length to at least 100 and lower "
+                       r"response_length=40 to at most 28 \(prompt_length \+ response_length "
+                       r"must fit the model's context of 128 tokens\)$"):  # fmt: skip
+        env(["1" * 100] * 3, prompt_length=64, response_length=40)
+    assert env(["1" * 100] * 3, prompt_length=100, response_length=28).num_problems == 3
+    RLVRConfig().training(prompt_length=100, response_length=28).validate()
+    # Too many dropped: the same, for the longest.
+    short = ["1+1="] * 8
+    with pytest.raises(ValueError, match=r"the longest prompt has 120 tokens \(chat template "
+                       r"included\): raise prompt_length to 120 and lower response_length=16 to "
+                       r"at most 8 to keep them all \(.*\), or raise max_dropped_prompt_fraction"):  # fmt: skip
+        env(short + ["1" * 120] * 2, prompt_length=64, response_length=16)
+    with pytest.raises(ValueError, match=r"the longest prompt has 130 tokens \(chat template "
+                       r"included\): the model's context of 128 tokens cannot hold the longest "
+                       r"beside a response: raise prompt_length to at most 122 \(with "
+                       r"response_length=6; lower that for more\), or raise "
+                       r"max_dropped_prompt_fraction"):  # fmt: skip
+        env(short + ["1" * 130] * 2, prompt_length=64, response_length=6)
+    with pytest.raises(ValueError, match=r"cannot hold the longest beside a response: "
+                       r"prompt_length cannot rise \(with response_length=6"):  # fmt: skip
+        env(short + ["1" * 130] * 2, prompt_length=122, response_length=6)
+    # Where the context holds them, the hint is the plain one.
+    with pytest.raises(ValueError, match=r"raise prompt_length \(to 100 to keep them all\), or"):
+        env(short + ["1" * 100] * 2, prompt_length=64, response_length=6)
+
+
 def test_tokenizer_by_name_without_eos(tmp_path):
     stand_in_tokenizer(eos=False).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match=r"model='.*' gives a tokenizer without eos_token_id; "

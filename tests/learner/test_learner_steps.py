@@ -133,9 +133,38 @@ def test_a_non_finite_step_is_skipped_counted_and_then_stops_training(monkeypatc
     assert result["num_nonfinite_steps_skipped"] == 1 and result["num_optimizer_steps"] == 1
     for k, v in learner.module["default_policy"].state_dict().items():
         assert torch.equal(v, weights[k]), k  # the skipped step changed nothing
-    with pytest.raises(Exception, match=r"2 optimizer steps in a row had a non-finite loss.*lr="):
+    with pytest.raises(Exception, match=r"2 optimizer steps in a row had a non-finite loss.*lr=") \
+            as stopped:
         algo.train()
     algo.stop()
+    # float32, clipped gradients, a small lr: none of those is named as a cause to fix.
+    assert "try 'float32'" not in str(stopped.value)
+    assert "no gradient clipping" not in str(stopped.value)
+
+
+RLVR_REWARDS = "non-finite rewards or advantages (a verifier's or a custom estimator's)"
+
+
+def test_the_non_finite_stop_names_only_the_causes_that_apply():
+    """After lr=10 diverged the message said "too little precision (model_dtype='float32': try
+    'float32')" and "no gradient clipping (grad_clip=1.0)"."""
+    from rllib_llm.algorithm.config import RLVRConfig
+    from rllib_llm.learner.learner import nonfinite_causes
+
+    def causes(**training) -> str:
+        return nonfinite_causes(RLVRConfig().training(**training))
+
+    assert causes(lr=10.0) == (
+        "Likely causes: a learning rate too high (lr=10.0: above 0.001 is large for fine-tuning "
+        f"a pretrained model; try 1e-5 or lower), or {RLVR_REWARDS}")
+    assert causes(lr=[[0, 1e-6], [100, 0.5]]).startswith(
+        "Likely causes: a learning rate too high (lr=[[0, 1e-06], [100, 0.5]], peaking at 0.5: ")
+    assert causes(model_dtype="bfloat16", grad_clip=None) == (
+        "Likely causes: too little precision (model_dtype='bfloat16': try 'float32'), no "
+        f"gradient clipping (grad_clip=None: set e.g. grad_clip=1.0), or {RLVR_REWARDS}")
+    assert "(model_dtype='float16': try 'bfloat16' or 'float32')" in causes(model_dtype="float16")
+    assert causes() == ("lr=1e-06, model_dtype='float32' and grad_clip=1.0 are not the usual "
+                        f"suspects; likely cause: {RLVR_REWARDS}, else lower lr")
 
 
 def test_a_finite_step_resets_the_run_of_non_finite_ones(monkeypatch):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import http.server
 import shutil
+import socket
+import threading
 import time
 
 import pytest
@@ -178,8 +181,114 @@ def test_missing_path_under_an_existing_directory_is_a_path(tmp_path, monkeypatc
     (tmp_path / "checkpoints").mkdir()
     with pytest.raises(FileNotFoundError, match=r"model path 'checkpoints/run1' does not exist"):
         load_model("checkpoints/run1")
-    # One slash and no such local directory: a hub id, left to Hugging Face.
-    assert resolve_checkpoint("org/name", kind="model") == "org/name"
+
+
+# --- hub ids: never taken for a path; one the hub cannot supply fails at once too -----------------
+@pytest.fixture
+def hub(monkeypatch, tmp_path):
+    """Point huggingface_hub at a local endpoint with an empty cache: `hub(reachable=True)`
+    serves HTTP (any answer means reachable), `hub(reachable=False)` is a closed port."""
+    from huggingface_hub import constants
+
+    from rllib_llm import models
+
+    servers = []
+
+    def point(*, reachable: bool) -> None:
+        if reachable:
+            server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                                     http.server.BaseHTTPRequestHandler)
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            servers.append(server)
+            port = server.server_address[1]
+        else:
+            with socket.socket() as s:  # a port nothing listens on
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+        monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{port}")
+        models._hub_unreachable.cache_clear()
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub_cache"))
+    yield point
+    for server in servers:
+        server.shutdown()
+    models._hub_unreachable.cache_clear()
+
+
+# A hub id is "name" or "org/name" of letters, digits, '-', '_', '.' (Hugging Face's rule): those
+# go to the hub; anything a hub id cannot be is a path.
+HUB_IDS = ["org/name", "runs/smollm2-135m", "Qwen/Qwen2.5-0.5B-Instruct", "gpt2"]
+NOT_HUB_IDS = ["runs/x/checkpoint", "my model/v1", "runs\\smollm2", "org--x/name"]
+
+
+@pytest.mark.parametrize("name", HUB_IDS)
+def test_a_hub_id_goes_to_a_hub_that_answers(hub, name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    hub(reachable=True)
+    assert resolve_checkpoint(name, kind="model") == name
+
+
+@pytest.mark.parametrize("name", NOT_HUB_IDS)
+def test_what_cannot_be_a_hub_id_is_a_path(hub, name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    hub(reachable=True)
+    with pytest.raises(FileNotFoundError, match=r"model path .* does not exist \(resolved to"):
+        resolve_checkpoint(name, kind="model")
+
+
+def test_a_mistyped_relative_path_fails_at_once_when_the_hub_is_unreachable(hub, tmp_path,
+                                                                          monkeypatch):
+    """`runs/smollm2-135m` with no runs/ here reads as a hub id: with no hub to ask, it was 25 s
+    of retries and an 80-line traceback about the internet connection; now one line naming the
+    setting and the path it looked for."""
+    monkeypatch.chdir(tmp_path)
+    hub(reachable=False)
+    looked_for = str(tmp_path / "runs" / "smollm2-135m")
+    with pytest.raises(FileNotFoundError) as raised:
+        load_model("runs/smollm2-135m")
+    assert str(raised.value).startswith(
+        f"model 'runs/smollm2-135m' is no local path ({looked_for!r} does not exist) and, as a "
+        "Hugging Face hub id, it is not in the local cache and the hub cannot be reached (")
+    from rllib_llm.algorithm.config import RLVRConfig
+
+    with pytest.raises(FileNotFoundError) as raised:
+        RLVRConfig().training(model_name_or_path="runs/smollm2-135m").validate()
+    message = str(raised.value)
+    assert message.startswith(f"RLVRConfig.model_name_or_path='runs/smollm2-135m' is no local "
+                              f"path ({looked_for!r} does not exist)")
+    assert "\n" not in message and message.endswith("download the model where the hub is "
+                                                      "reachable")
+
+
+def test_a_hub_id_under_hf_hub_offline_fails_at_once_unless_cached(hub, tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.chdir(tmp_path)
+    hub(reachable=True)  # not asked: offline means offline
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(FileNotFoundError, match=r"^tokenizer 'org/name' is no local path .* it "
+                       r"is not in the local cache and HF_HUB_OFFLINE is set; fix the path"):
+        load_tokenizer("org/name")
+    snapshot = _cache(tmp_path / "hub_cache", "org/name")
+    assert resolve_checkpoint("org/name", kind="model") == str(snapshot)
+
+
+def test_a_cached_hub_model_loads_from_the_cache_when_the_hub_is_unreachable(hub, tmp_path):
+    hub(reachable=False)
+    snapshot = _cache(tmp_path / "hub_cache", "org/name")
+    assert resolve_checkpoint("org/name", kind="model") == str(snapshot)
+    assert load_tokenizer("org/name").decode([5, 6]) == load_tokenizer("embedded").decode([5, 6])
+
+
+def _cache(cache, repo_id: str):
+    """A Hugging Face cache entry of `repo_id` holding the embedded checkpoint; its snapshot."""
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("0" * 40)
+    snapshot = repo / "snapshots" / ("0" * 40)
+    shutil.copytree(EMBEDDED_DIR, snapshot)
+    return snapshot
 
 
 def test_directory_without_checkpoint_files_fails_at_once(tmp_path):
