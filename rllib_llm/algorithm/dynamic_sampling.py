@@ -2,20 +2,25 @@
 
 A group whose responses all score the same has zero advantage under every group baseline (GRPO,
 RLOO, Dr. GRPO): it adds tokens to the loss's counts and nothing to its gradient. With
-`dynamic_sampling` the algorithm samples again, whole batches of `rollout_batch_size` prompts,
-until it holds `rollout_batch_size` informative groups or has sampled
-`dynamic_sampling_max_rounds` batches (DAPO, arXiv:2503.14476, section 3.2; verl's
-`algorithm.filter_groups` with `max_num_gen_batches`). The batch trained on keeps its size: the
-informative groups in the order they came, then, when the rounds ran out first, uninformative
-ones (so a hard or easy phase degrades to plain sampling, and the shortfall is logged).
+`dynamic_sampling` the algorithm samples again until it holds `rollout_batch_size` informative
+groups or has sampled `dynamic_sampling_max_rounds` rounds (DAPO, arXiv:2503.14476, section 3.2;
+verl's `algorithm.filter_groups` with `max_num_gen_batches`). The batch trained on keeps its
+size: the informative groups in the order they came, then, when the rounds ran out first,
+uninformative ones (so a hard or easy phase degrades to plain sampling, and the shortfall is
+logged).
 
-Each round is one call of the algorithm's sampler, so it works with the local env runner, with
-remote ones and in asynchronous training (where a round is the next batch generated ahead). A
-group's reward is each episode's final reward, the verifier's score, before any shaping.
+The first round is a whole batch. verl's later rounds are whole batches too, so a batch 90%
+informative costs twice the samples; here a later round asks for the groups still missing
+divided by the share of informative groups seen so far (at most a batch), so it costs about
+what is missing. Each round is one call of the algorithm's sampler, so it works with the local
+env runner and with remote ones (which share a round's prompts); in asynchronous training a
+round is the next batch generated ahead, whole. A group's reward is each episode's final reward,
+the verifier's score, before any shaping.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -46,9 +51,23 @@ def is_informative(group: list[SingleAgentEpisode]) -> bool:
     return bool(np.ptp(scores) > 0)
 
 
-def fill_batch(sample: Callable[[], Batch], num_groups: int, max_rounds: int
+def next_round_size(missing: int, informative: int, sampled: int, batch: int) -> int:
+    """Prompts to ask for in a later round: the missing groups over the informative share seen
+    so far, rounded up, at most a batch (a whole batch while none was informative)."""
+    if informative == 0:
+        return batch
+    return min(batch, math.ceil(missing * sampled / informative))
+
+
+def fill_batch(sample: Callable[[int], Batch], num_groups: int, max_rounds: int
                ) -> tuple[Batch, dict[str, float]]:
     """Sample rounds until `num_groups` informative groups are held or `max_rounds` were drawn.
+
+    Args:
+        sample: draws a round of the given number of prompts (it may return more groups: a
+            sampler that generates whole batches ahead).
+        num_groups: the batch's prompt groups (`rollout_batch_size`).
+        max_rounds: the most rounds, the first included.
 
     Returns the batch (exactly `num_groups` groups: informative first, then uninformative ones
     if the rounds ran out; every round's runner metrics; the first round's own metrics) and
@@ -60,7 +79,9 @@ def fill_batch(sample: Callable[[], Batch], num_groups: int, max_rounds: int
     first_metrics: dict[str, float] | None = None
     rounds = sampled_groups = sampled_responses = 0
     while rounds < max_rounds and len(informative) < num_groups:
-        batch = sample()
+        size = num_groups if rounds == 0 else next_round_size(
+            num_groups - len(informative), len(informative), sampled_groups, num_groups)
+        batch = sample(size)
         rounds += 1
         runner_metrics += batch.runner_metrics
         first_metrics = batch.metrics if first_metrics is None else first_metrics

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -190,25 +191,29 @@ class RLVR(Algorithm):
         cfg = self.config
         if not cfg.dynamic_sampling:
             return self._sample(learner_version)
-        batch, metrics = fill_batch(lambda: self._sample(learner_version),
+        batch, metrics = fill_batch(lambda prompts: self._sample(learner_version, prompts),
                                     cfg.rollout_batch_size, cfg.dynamic_sampling_max_rounds)
         for name, value in metrics.items():
             self.metrics.log_value((DYNAMIC_RESULTS, name), value, window=1)
         return batch
 
-    def _sample(self, learner_version: int) -> Batch:
-        """This iteration's episodes: generated ahead (asynchronous training), or now by every
-        env runner (the local one when there are none)."""
+    def _sample(self, learner_version: int, num_prompts: int | None = None) -> Batch:
+        """This iteration's episodes: generated ahead (asynchronous training: a whole batch), or
+        now by every env runner (the local one when there are none), `num_prompts` prompts in
+        all (None: rollout_batch_size), shared out among the remote runners."""
         if self._async is not None:
             return self._async.next_batch(learner_version)
         start = time.perf_counter()
         group = self.env_runner_group
         if group.num_remote_env_runners() == 0:
             runner = group.local_env_runner
-            results = [(runner.sample(), runner.get_metrics())]
+            results = [(runner.sample(num_prompts=num_prompts), runner.get_metrics())]
         else:
+            share = None if num_prompts is None else \
+                math.ceil(num_prompts / group.num_remote_env_runners())
             results = group.foreach_env_runner(
-                lambda r: (r.sample(), r.get_metrics()), local_env_runner=False
+                lambda r: (r.sample(num_prompts=share), r.get_metrics()),
+                local_env_runner=False,
             )
         episodes = [e for eps, _ in results for e in eps]
         metrics = staleness_metrics(staleness(episodes, learner_version), 0)

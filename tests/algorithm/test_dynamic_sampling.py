@@ -18,6 +18,7 @@ from rllib_llm.algorithm.dynamic_sampling import (
     fill_batch,
     groups_in_order,
     is_informative,
+    next_round_size,
 )
 from rllib_llm.recipes.embedded import embedded_config
 
@@ -36,9 +37,20 @@ def batch(groups: dict[str, list[float]], tag: str) -> Batch:
                  [{"round": tag}], {"first": 1.0 if tag == "a" else 0.0})
 
 
-def sampler(*batches: Batch):
-    queue = list(batches)
-    return lambda: queue.pop(0)
+class Sampler:
+    """Hands out the given batches one round at a time, recording the prompts each round asked
+    for (the algorithm's sampler draws that many; these batches are fixed in advance)."""
+
+    def __init__(self, *batches: Batch):
+        self.queue, self.asked = list(batches), []
+
+    def __call__(self, num_prompts: int) -> Batch:
+        self.asked.append(num_prompts)
+        return self.queue.pop(0)
+
+
+def sampler(*batches: Batch) -> Sampler:
+    return Sampler(*batches)
 
 
 def test_a_group_is_informative_when_its_final_rewards_differ():
@@ -52,11 +64,27 @@ def test_rounds_until_enough_informative_groups_in_arrival_order():
                      batch({"b1": [1, 0], "b2": [1, 1], "b3": [0, 1]}, "b"),
                      batch({"c1": [0, 1]}, "c"))
     got, metrics = fill_batch(rounds, num_groups=3, max_rounds=5)
+    # Round 2 asks for the 2 missing groups over the informative share so far (1 of 3): 6, at
+    # most a batch of 3.
+    assert rounds.asked == [3, 3]
     assert [group_of(g[0]) for g in groups_in_order(got.episodes)] == ["a2", "b1", "b3"]
     assert got.runner_metrics == [{"round": "a"}, {"round": "b"}]  # both rounds' samples count
     assert got.metrics == {"first": 1.0}
     assert metrics == {ROUNDS: 2.0, UNINFORMATIVE_FRACTION: 3 / 6, SHORTFALL_GROUPS: 0.0,
                        SAMPLES_PER_INFORMATIVE_GROUP: 12 / 3}
+
+
+def test_a_later_round_asks_for_what_is_missing_over_the_informative_share():
+    assert next_round_size(missing=8, informative=56, sampled=64, batch=64) == 10  # 8 x 64/56
+    assert next_round_size(missing=1, informative=63, sampled=64, batch=64) == 2
+    assert next_round_size(missing=30, informative=2, sampled=64, batch=64) == 64  # a batch
+    assert next_round_size(missing=64, informative=0, sampled=64, batch=64) == 64
+    rounds = sampler(batch({f"a{i}": [0, 1] for i in range(7)} | {"a7": [1, 1]}, "a"),
+                     batch({"b0": [0, 1], "b1": [1, 0]}, "b"))
+    got, metrics = fill_batch(rounds, num_groups=8, max_rounds=4)
+    assert rounds.asked == [8, 2]  # 1 missing x 8/7, rounded up
+    assert len(groups_in_order(got.episodes)) == 8 and metrics[ROUNDS] == 2.0
+    assert metrics[SAMPLES_PER_INFORMATIVE_GROUP] == (16 + 4) / 8
 
 
 def test_the_cap_fills_the_batch_with_uninformative_groups_and_says_so():
