@@ -13,12 +13,12 @@ per sampled response measured in this run.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import time
 
 import ray
+from seeded_runs import mean_spread, run_all, table
 
 from rllib_llm.recipes.embedded import EMBEDDED_TRAINING, embedded_config
 
@@ -54,30 +54,22 @@ def run(variant: str, seed: int, budget: int) -> dict:
             "samples_per_informative_group": statistics.mean(per_group) if per_group else None}
 
 
-def table(runs: list[dict]) -> str:
-    rows = ["| variant | held-out before | after | gain (points) | updates | uninformative "
-            "groups sampled | responses per informative group | ms / sampled response |",
-            "|---|---|---|---|---|---|---|---|"]
+HEADER = ("variant", "held-out before", "after", "gain (points)", "updates",
+          "uninformative groups sampled", "responses per informative group",
+          "ms / sampled response")
 
-    def fmt(values, scale=1.0, digits=1):
-        values = [v * scale for v in values if v is not None]
-        if not values:
-            return "-"
-        spread = f" ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 else ""
-        return f"{statistics.mean(values):.{digits}f}{spread}"
 
-    for variant in VARIANTS:
-        mine = [r for r in runs if r["variant"] == variant]
-        if mine:
-            rows.append(
-                f"| {variant} | {fmt([r['before'] for r in mine], 100)} | "
-                f"{fmt([r['after'] for r in mine], 100)} | "
-                f"{fmt([r['after'] - r['before'] for r in mine], 100)} | "
-                f"{fmt([r['iterations'] for r in mine], digits=0)} | "
-                f"{fmt([r['uninformative_fraction'] for r in mine], 100)}% | "
-                f"{fmt([r['samples_per_informative_group'] for r in mine])} | "
-                f"{fmt([r['s_per_response'] for r in mine], 1000, 2)} |")
-    return "\n".join(rows)
+def cells(mine: list[dict]) -> list[str]:
+    def col(key, scale=1.0, digits=1):
+        return mean_spread([r[key] for r in mine], scale, digits)
+
+    def percent(cell: str) -> str:
+        return cell if cell == "-" else f"{cell}%"
+
+    return [col("before", 100), col("after", 100),
+            mean_spread([r["after"] - r["before"] for r in mine], 100),
+            col("iterations", digits=0), percent(col("uninformative_fraction", 100)),
+            col("samples_per_informative_group"), col("s_per_response", 1000, 2)]
 
 
 def main() -> None:
@@ -88,16 +80,10 @@ def main() -> None:
     parser.add_argument("--out", help="append each run as a JSON line to this file")
     args = parser.parse_args()
     ray.init(include_dashboard=False, log_to_driver=False)
-    runs = []
-    for seed in args.seeds:
-        for variant in VARIANTS:
-            runs.append(run(variant, seed, args.budget))
-            print(json.dumps(runs[-1]), flush=True)
-            if args.out:
-                with open(args.out, "a") as f:
-                    f.write(json.dumps(runs[-1]) + "\n")
+    runs = run_all(list(VARIANTS), args.seeds,
+                   lambda variant, seed: run(variant, seed, args.budget), args.out)
     print(f"\nbudget {args.budget} responses, seeds {args.seeds}, {platform.machine()}\n")
-    print(table(runs))
+    print(table(runs, VARIANTS, HEADER, cells))
 
 
 if __name__ == "__main__":

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import platform
 import statistics
 import time
 
 import ray
+from seeded_runs import mean_spread, run_all, table
 
 from rllib_llm.recipes.embedded import embedded_config
 from rllib_llm.rollout.env_runner import RLVREnvRunner
@@ -72,29 +72,21 @@ def run(variant: str, seed: int, iterations: int, sampler_temperature: float) ->
             **{name: statistics.mean(v) if v else None for name, v in logged.items()}}
 
 
-def table(runs: list[dict]) -> str:
-    rows = ["| variant | held-out before | after | gain (points) | mismatch KL (k3) | tokens "
-            "masked | IS weight mean | s / iteration |", "|---|---|---|---|---|---|---|---|"]
+HEADER = ("variant", "held-out before", "after", "gain (points)", "mismatch KL (k3)",
+          "tokens masked", "IS weight mean", "s / iteration")
 
-    def fmt(values, scale=1.0, digits=1):
-        values = [v * scale for v in values if v is not None]
-        if not values:
-            return "-"
-        spread = f" ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 else ""
-        return f"{statistics.mean(values):.{digits}f}{spread}"
 
-    for variant in VARIANTS:
-        mine = [r for r in runs if r["variant"] == variant]
-        if mine:
-            rows.append(
-                f"| {variant} | {fmt([r['before'] for r in mine], 100)} | "
-                f"{fmt([r['after'] for r in mine], 100)} | "
-                f"{fmt([r['after'] - r['before'] for r in mine], 100)} | "
-                f"{fmt([r['rollout_kl_k3'] for r in mine], digits=4)} | "
-                f"{fmt([r['rollout_rs_masked_frac'] for r in mine], 100)}% | "
-                f"{fmt([r['rollout_is_weight_mean'] for r in mine], digits=3)} | "
-                f"{fmt([r['s_per_iter'] for r in mine], digits=2)} |")
-    return "\n".join(rows)
+def cells(mine: list[dict]) -> list[str]:
+    def col(key, scale=1.0, digits=1):
+        return mean_spread([r[key] for r in mine], scale, digits)
+
+    def percent(cell: str) -> str:
+        return cell if cell == "-" else f"{cell}%"
+
+    return [col("before", 100), col("after", 100),
+            mean_spread([r["after"] - r["before"] for r in mine], 100),
+            col("rollout_kl_k3", digits=4), percent(col("rollout_rs_masked_frac", 100)),
+            col("rollout_is_weight_mean", digits=3), col("s_per_iter", digits=2)]
 
 
 def main() -> None:
@@ -106,17 +98,11 @@ def main() -> None:
     parser.add_argument("--out", help="append each run as a JSON line to this file")
     args = parser.parse_args()
     ray.init(include_dashboard=False, log_to_driver=False)
-    runs = []
-    for seed in args.seeds:  # seed-major: a cut-short run still compares every variant
-        for variant in args.variants:
-            runs.append(run(variant, seed, args.iterations, args.sampler_temperature))
-            print(json.dumps(runs[-1]), flush=True)
-            if args.out:
-                with open(args.out, "a") as f:
-                    f.write(json.dumps(runs[-1]) + "\n")
+    runs = run_all(args.variants, args.seeds, lambda variant, seed: run(
+        variant, seed, args.iterations, args.sampler_temperature), args.out)
     print(f"\n{args.iterations} iterations, seeds {args.seeds}, sampler temperature "
           f"{args.sampler_temperature}, {platform.machine()}\n")
-    print(table(runs))
+    print(table(runs, VARIANTS, HEADER, cells))
 
 
 if __name__ == "__main__":
