@@ -40,8 +40,7 @@ def run(variant: str, seed: int, budget: int) -> dict:
         result = algo.train()
         iterations += 1
         stats = result.get("dynamic_sampling")
-        rounds = int(stats["rounds"]) if stats else 1
-        sampled += rounds * per_round
+        sampled += int(stats["responses_sampled"]) if stats else per_round
         if stats:
             uninformative.append(stats["uninformative_fraction"])
             per_group.append(stats["samples_per_informative_group"])

@@ -35,6 +35,7 @@ ROUNDS = "rounds"  # batches sampled this iteration
 UNINFORMATIVE_FRACTION = "uninformative_fraction"  # of all groups sampled this iteration
 SHORTFALL_GROUPS = "shortfall_groups"  # uninformative groups trained on: the rounds ran out
 SAMPLES_PER_INFORMATIVE_GROUP = "samples_per_informative_group"  # responses sampled / kept group
+RESPONSES_SAMPLED = "responses_sampled"  # this iteration, every round
 
 
 def groups_in_order(episodes: list[SingleAgentEpisode]) -> list[list[SingleAgentEpisode]]:
@@ -94,6 +95,7 @@ def fill_batch(sample: Callable[[int], Batch], num_groups: int, max_rounds: int
     episodes = [e for group in kept for e in group]
     metrics = {
         ROUNDS: float(rounds),
+        RESPONSES_SAMPLED: float(sampled_responses),
         UNINFORMATIVE_FRACTION: len(uninformative) / max(1, sampled_groups),
         SHORTFALL_GROUPS: float(shortfall),
         SAMPLES_PER_INFORMATIVE_GROUP:

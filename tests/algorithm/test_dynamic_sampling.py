@@ -11,6 +11,7 @@ from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
 from rllib_llm.algorithm.async_sampling import Batch, group_of
 from rllib_llm.algorithm.dynamic_sampling import (
+    RESPONSES_SAMPLED,
     ROUNDS,
     SAMPLES_PER_INFORMATIVE_GROUP,
     SHORTFALL_GROUPS,
@@ -70,8 +71,8 @@ def test_rounds_until_enough_informative_groups_in_arrival_order():
     assert [group_of(g[0]) for g in groups_in_order(got.episodes)] == ["a2", "b1", "b3"]
     assert got.runner_metrics == [{"round": "a"}, {"round": "b"}]  # both rounds' samples count
     assert got.metrics == {"first": 1.0}
-    assert metrics == {ROUNDS: 2.0, UNINFORMATIVE_FRACTION: 3 / 6, SHORTFALL_GROUPS: 0.0,
-                       SAMPLES_PER_INFORMATIVE_GROUP: 12 / 3}
+    assert metrics == {ROUNDS: 2.0, RESPONSES_SAMPLED: 12.0, UNINFORMATIVE_FRACTION: 3 / 6,
+                       SHORTFALL_GROUPS: 0.0, SAMPLES_PER_INFORMATIVE_GROUP: 12 / 3}
 
 
 def test_a_later_round_asks_for_what_is_missing_over_the_informative_share():
