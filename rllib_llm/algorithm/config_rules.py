@@ -398,6 +398,22 @@ def check_rollout_engine(cfg) -> None:
             "recompute_old_logp=True: the weights compare the learner's recomputed old_logp "
             "with the sampler's log-probs, which are equal without recomputation."
         )
+    # (RLlib derives an evaluation config with its own, usually 0, env runners: not ours.)
+    if cfg.weight_sync_backend != "object_store" and cfg.num_env_runners < 1 and \
+            not cfg.in_evaluation:
+        raise ValueError(
+            f"RLVRConfig.weight_sync_backend={cfg.weight_sync_backend!r} broadcasts to "
+            "remote env runners, but num_env_runners=0 samples in the driver, where the "
+            "weights arrive by a memory copy anyway. Set num_env_runners >= 1 or "
+            "weight_sync_backend='object_store'."
+        )
+    if cfg.rollout_engine == "vllm" and cfg.top_p < 1 and not cfg.recomputes_old_logp:
+        raise ValueError(
+            f"RLVRConfig.top_p={cfg.top_p} with rollout_engine='vllm' needs "
+            "recompute_old_logp=True (and in asynchronous training rollout_is_level too): "
+            "vLLM reports log-probs renormalised over the top-p nucleus, not the learner's "
+            "log-probs."
+        )
     check_rollout_rejection(cfg)
 
 
@@ -425,22 +441,6 @@ def check_rollout_rejection(cfg) -> None:
     if lower is not None and not lower < 1:
         raise ValueError(f"RLVRConfig.rollout_rs_threshold_lower={lower!r} must be < 1: it is "
                          "the smallest ratio kept, and a ratio of 1 must be kept.")
-    # (RLlib derives an evaluation config with its own, usually 0, env runners: not ours.)
-    if cfg.weight_sync_backend != "object_store" and cfg.num_env_runners < 1 and \
-            not cfg.in_evaluation:
-        raise ValueError(
-            f"RLVRConfig.weight_sync_backend={cfg.weight_sync_backend!r} broadcasts to "
-            "remote env runners, but num_env_runners=0 samples in the driver, where the "
-            "weights arrive by a memory copy anyway. Set num_env_runners >= 1 or "
-            "weight_sync_backend='object_store'."
-        )
-    if cfg.rollout_engine == "vllm" and cfg.top_p < 1 and not cfg.recomputes_old_logp:
-        raise ValueError(
-            f"RLVRConfig.top_p={cfg.top_p} with rollout_engine='vllm' needs "
-            "recompute_old_logp=True (and in asynchronous training rollout_is_level too): "
-            "vLLM reports log-probs renormalised over the top-p nucleus, not the learner's "
-            "log-probs."
-        )
 
 
 def check_async(cfg) -> None:
