@@ -99,13 +99,17 @@ def test_a_run_is_evaluated_with_its_own_settings_unless_told(run, capsys):
         capsys.readouterr().out
 
 
-def test_eval_of_a_tune_run_repeats_its_last_held_out_evaluation(tmp_path, capsys):
+def test_eval_of_a_tune_run_repeats_its_last_held_out_evaluation(tmp_path, capsys, monkeypatch):
     """A run as `rllib-llm train` writes it (a Tune experiment, a checkpoint per iteration,
     held-out evaluation every iteration): eval with no options scores the last checkpoint
     under the run's settings, which reproduces the evaluation the run logged at that iteration
     (RLlib evaluates after the iteration's update; both use the run's seed)."""
     from ray import tune
 
+    # Tune's older console output, as `rllib-llm train` selects it (cli/tune_runs.py): with
+    # verbose=0 it prints nothing, so stdout holds only eval's JSON. (The newer one prints its
+    # configuration table even then; which one a process gets must not depend on test order.)
+    monkeypatch.setenv("RAY_AIR_NEW_OUTPUT", "0")
     config = embedded_config("topr", **TINY).evaluation(
         evaluation_interval=1, evaluation_config={"eval_num_problems": 6, "eval_num_samples": 2})
     tuner = tune.Tuner(config.algo_class, param_space=config, run_config=tune.RunConfig(

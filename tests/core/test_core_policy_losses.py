@@ -200,9 +200,12 @@ def test_register_pg_variant_adds_a_variant():
     def half_vanilla(logp, old_logp, advantages, mask, *, scores=None, scale: float = 0.5):
         return -scale * advantages * logp, {}
 
-    assert "test_half_vanilla" in core.registered_names("pg_variant")
-    per_token = run("test_half_vanilla", scale=0.25)[0]
-    assert_close(per_token, 0.25 * run("vanilla")[0])
+    try:
+        assert "test_half_vanilla" in core.registered_names("pg_variant")
+        per_token = run("test_half_vanilla", scale=0.25)[0]
+        assert_close(per_token, 0.25 * run("vanilla")[0])
+    finally:  # other tests in this process list the registered names
+        core.PG_VARIANT_REGISTRY.unregister("test_half_vanilla")
 
 
 def test_topr_clipfrac_counts_only_a_truncation_that_changed_the_weight():
