@@ -2,8 +2,13 @@
 
 Every problem is `{"prompt": "12+7=", "answer": "19"}`: the prompt is short because the embedded
 model reads characters, and the answer is what the verifier compares against. The whole problem
-space is enumerated and shuffled once with the seed, so the train and test splits are disjoint and
+space is enumerated and split once with the seed, so the train and test splits are disjoint and
 identical on every machine.
+
+The split is by unordered operand pair: `a+b=` and `b+a=` (same answer), and likewise `a*b=` and
+`b*a=`, always land in the same split, so no held-out problem is its training twin with the
+operands swapped (splitting problem by problem put 307 of the 500 default test problems' twins in
+training). Subtraction is not commutative: each `a-b=` is a group of its own.
 
 Multiplication (`ops="*"`) is the tool task: two-digit products are beyond the tiny model's
 arithmetic, so it gets them right by calling the `python` tool of "math_tool" (the
@@ -19,21 +24,60 @@ SPLITS = ("train", "test")
 OPS = "+-*"
 
 
+Problem = tuple[str, str]  # (prompt, answer)
+
+
 @lru_cache(maxsize=8)
-def _all_problems(seed: int, max_operand: int, ops: str) -> tuple[tuple[str, str], ...]:
-    problems = []
+def _groups(max_operand: int, ops: str) -> tuple[tuple[Problem, ...], ...]:
+    """Every problem, grouped so that the two orders of a commutative operation share a group."""
+    groups = []
     for a in range(max_operand + 1):
         for b in range(max_operand + 1):
-            if "+" in ops:
-                problems.append((f"{a}+{b}=", str(a + b)))
+            # `a+b` and `b+a` form one group, listed once (at a <= b); `a+a` is a group of one.
+            if "+" in ops and a <= b:
+                groups.append(_twins(a, b, "+", a + b))
             # Subtraction stays non-negative: a leading minus sign would be a second skill for a
             # tiny model that has none to spare.
             if "-" in ops and a >= b:
-                problems.append((f"{a}-{b}=", str(a - b)))
-            if "*" in ops:
-                problems.append((f"{a}*{b}=", str(a * b)))
-    random.Random(seed).shuffle(problems)
-    return tuple(problems)
+                groups.append(((f"{a}-{b}=", str(a - b)),))
+            if "*" in ops and a <= b:
+                groups.append(_twins(a, b, "*", a * b))
+    return tuple(groups)
+
+
+def _twins(a: int, b: int, op: str, value: int) -> tuple[Problem, ...]:
+    if a == b:
+        return ((f"{a}{op}{b}=", str(value)),)
+    return ((f"{a}{op}{b}=", str(value)), (f"{b}{op}{a}=", str(value)))
+
+
+@lru_cache(maxsize=8)
+def _split(seed: int, max_operand: int, ops: str, test_size: int
+           ) -> tuple[tuple[Problem, ...], tuple[Problem, ...]]:
+    """Return `(train, test)`: whole groups, `test_size` problems held out, each split shuffled.
+
+    The groups are shuffled with the seed and the test split takes them in that order while they
+    fit: a pair that would overshoot `test_size` by one goes to training and the next group of one
+    (a square like `7*7=`, or a subtraction) completes the test split, so its size is exact. A
+    problem's chance to be held out does not depend on its group's size (groups, not problems, are
+    shuffled), so the test split keeps the task's mix of operations.
+    """
+    rng = random.Random(seed)
+    groups = list(_groups(max_operand, ops))
+    rng.shuffle(groups)
+    train: list[Problem] = []
+    test: list[Problem] = []
+    for group in groups:
+        if len(test) + len(group) <= test_size:
+            test.extend(group)
+        else:
+            train.extend(group)
+    if len(test) != test_size:  # no group of one left to complete it (never with the defaults)
+        raise ValueError(f"test_size={test_size} cannot be made of whole operand-pair groups "
+                         f"for ops={ops!r}, max_operand={max_operand}")
+    rng.shuffle(train)
+    rng.shuffle(test)
+    return tuple(train), tuple(test)
 
 
 def arithmetic_problems(
@@ -47,8 +91,9 @@ def arithmetic_problems(
     """Return the problems of one split as `[{"prompt": "a+b=", "answer": "c"}, ...]`.
 
     Args:
-        split: "train" or "test"; the test split is the first `test_size` shuffled problems.
-        seed: shuffles the problem space; the same seed gives the same splits everywhere.
+        split: "train" or "test"; the test split is `test_size` problems made of whole
+            operand-pair groups (`a+b=` and `b+a=` are held out together; module docstring).
+        seed: shuffles the groups; the same seed gives the same splits everywhere.
         max_operand: operands range over 0..max_operand.
         ops: which of "+", "-" and "*" to use (subtraction keeps a >= b).
         test_size: number of held-out problems.
@@ -59,8 +104,9 @@ def arithmetic_problems(
         raise ValueError(f"ops={ops!r} must be a non-empty combination of {list(OPS)}")
     if max_operand < 1:
         raise ValueError(f"max_operand={max_operand} must be >= 1")
-    problems = _all_problems(seed, max_operand, ops)
-    if not 0 < test_size < len(problems):
-        raise ValueError(f"test_size={test_size} must be in (0, {len(problems)})")
-    chosen = problems[:test_size] if split == "test" else problems[test_size:]
+    total = sum(len(group) for group in _groups(max_operand, ops))
+    if not 0 < test_size < total:
+        raise ValueError(f"test_size={test_size} must be in (0, {total})")
+    train, test = _split(seed, max_operand, ops, test_size)
+    chosen = test if split == "test" else train
     return [{"prompt": p, "answer": a} for p, a in chosen]

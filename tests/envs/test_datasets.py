@@ -38,10 +38,46 @@ def test_arithmetic_multiplication_is_the_tool_task():
     for p in train[:50] + test:
         a, b = map(int, p["prompt"].rstrip("=").split("*"))
         assert p["answer"] == str(a * b)
-    # The default task does not move when a new operation is added: its first test problems.
-    assert [p["prompt"] for p in arithmetic_problems("test")[:3]] == ["36-25=", "14+83=", "79-0="]
+    # The default task's split is pinned (the shipped checkpoints were trained on its train split).
+    assert [p["prompt"] for p in arithmetic_problems("test")[:3]] == ["5+69=", "23+61=", "62+1="]
     with pytest.raises(ValueError, match=r"ops='\+/' must be a non-empty combination of"):
         arithmetic_problems(ops="+/")
+
+
+def _twin(prompt: str) -> str | None:
+    """`b+a=` for `a+b=` (and `b*a=` for `a*b=`): the same answer; None for a subtraction."""
+    for op in "+*":
+        if op in prompt:
+            a, b = prompt.rstrip("=").split(op)
+            return f"{b}{op}{a}="
+    return None
+
+
+@pytest.mark.parametrize("ops", ["+-", "*", "+-*"])
+@pytest.mark.parametrize("seed", [0, 1, 7])
+def test_arithmetic_split_holds_out_commuted_twins_together(ops, seed):
+    # Split problem by problem, 307 of the 500 default test problems had their twin `b+a=` (same
+    # answer) in training: held-out accuracy was partly recall. Now a+b/b+a and a*b/b*a share a
+    # split.
+    train = arithmetic_problems("train", ops=ops, seed=seed)
+    test = arithmetic_problems("test", ops=ops, seed=seed)
+    train_prompts, test_prompts = {p["prompt"] for p in train}, {p["prompt"] for p in test}
+    assert len(test) == len(test_prompts) == 500 and len(train) == len(train_prompts)
+    assert not train_prompts & test_prompts
+    total = 100 * 100 * ops.count("+") + 5050 * ops.count("-") + 100 * 100 * ops.count("*")
+    assert len(train) + len(test) == total
+    twins = {_twin(p) for p in test_prompts} - {None}
+    assert not twins & train_prompts
+    assert twins <= test_prompts  # each held-out addition's twin is held out with it
+    # Groups, not problems, are shuffled: the test split keeps the task's mix of operations.
+    if ops == "+-":
+        additions = sum("+" in p for p in test_prompts)
+        assert 300 <= additions <= 365  # 10,000 of the 15,050 problems: 332 expected
+    # An odd size is exact too (a pair that would overshoot goes to training).
+    small = arithmetic_problems("test", ops=ops, seed=seed, max_operand=9, test_size=11)
+    assert len(small) == 11
+    assert {_twin(p["prompt"]) for p in small} - {None} <= {p["prompt"] for p in small}
+    assert arithmetic_problems("test", ops=ops, seed=seed) == test  # deterministic
 
 
 def test_gsm_symbolic_ships_gsm8k_style_problems_split_by_template():
