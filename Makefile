@@ -59,9 +59,10 @@ demo: setup $(if $(filter vllm,$(ENGINE)),setup-vllm)
 # learning test, every file in examples/ with a short budget, and the wheel installed outside the
 # repo. TEST_WORKERS pytest processes (pytest-xdist) share the tests out: a learning test is one
 # single-threaded process, so on 2 cores two run side by side; worksteal evens out the long tests.
-# Measured on 2 cores: 26.8 minutes for 1,462 tests (2026-11-26, with several learners, DeepSpeed
-# ZeRO-2 and ZeRO-3, and LoRA). All of .ci/run from a fresh clone (set-up, make test, make
-# test-vllm): 35.6 minutes.
+# Measured on 2 cores: 31.6 minutes for 1,617 tests (2026-11-26, with several learners, DeepSpeed
+# ZeRO-2 and ZeRO-3, and LoRA; the learning tests at 200 iterations since the split by operand
+# pair). All of .ci/run from a fresh clone (set-up, make test, make test-vllm): 35.6 minutes
+# with the 26.8-minute suite before that, so about 40 now.
 # `make test-vllm` runs the tests marked vllm, one at a time (vLLM spawns engine processes).
 TEST_WORKERS ?= 2
 test: setup setup-smollm2

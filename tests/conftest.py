@@ -23,13 +23,25 @@ def ray_session():
     ray.shutdown()
 
 
-@pytest.fixture(scope="session")
-def untrained_greedy_accuracy() -> float:
-    """`rllib-llm eval embedded`: greedy pass@1 of the untrained embedded model on the 500
-    held-out problems the CLI tests' runs evaluate on (their `evaluation_config`)."""
+def untrained_accuracy(*options: str) -> float:
+    """`rllib-llm eval embedded`: pass@1 of the untrained embedded model on the 500 held-out
+    problems the CLI tests' runs evaluate on (their `evaluation_config`), with `options`."""
     run = subprocess.run([sys.executable, "-m", "rllib_llm.cli", "eval", "embedded",
-                          "--num-problems", "500", "--temperature", "0", "--response-length",
-                          "6", "--json"], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          "--num-problems", "500", "--response-length", "6", *options, "--json"],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT,
                          env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout[run.stdout.index("{"):])["pass@1"]
+
+
+@pytest.fixture(scope="session")
+def untrained_greedy_accuracy() -> float:
+    """Greedy pass@1 of the untrained embedded model (`untrained_accuracy`)."""
+    return untrained_accuracy("--temperature", "0")
+
+
+@pytest.fixture(scope="session")
+def untrained_sampled_accuracy() -> float:
+    """Pass@1 of the untrained embedded model sampled at temperature 1, 4 samples per problem
+    (2,000 in all: about 1 point of sampling noise)."""
+    return untrained_accuracy("--temperature", "1.0", "--samples", "4")

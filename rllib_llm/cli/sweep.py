@@ -82,12 +82,12 @@ def start(sweep: RunFile, run_dir: Path) -> int:
     import ray
     from ray import tune
 
-    from rllib_llm.algorithm.rlvr import RLVR
     from rllib_llm.cli.tune_runs import (
         describe_resources,
         init_ray,
         report_errors,
         run_config,
+        trainable,
         trial_resources,
         write_run_file,
     )
@@ -103,7 +103,7 @@ def start(sweep: RunFile, run_dir: Path) -> int:
     # Tune's strict check would fail every other one. ASHA skips results without its metric.
     os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
     tuner = tune.Tuner(
-        RLVR, param_space=space.to_config(),
+        trainable(run), param_space=space.to_config(),
         tune_config=tune.TuneConfig(
             metric=settings["metric"], mode=settings["mode"], num_samples=settings["num_samples"],
             scheduler=scheduler(settings, run["iterations"]),

@@ -64,8 +64,7 @@ def start(run_file: RunFile, run_dir: Path) -> int:
     from ray import tune
 
     from rllib_llm.algorithm.cluster_fit import check_trial_fits
-    from rllib_llm.algorithm.rlvr import RLVR
-    from rllib_llm.cli.tune_runs import init_ray, run_config, write_run_file
+    from rllib_llm.cli.tune_runs import init_ray, run_config, trainable, write_run_file
 
     run = run_file.run
     init_ray()
@@ -77,7 +76,7 @@ def start(run_file: RunFile, run_dir: Path) -> int:
     write_run_file(run_dir, run_file.sections)
     print(f"run directory: {run_dir} ({run['iterations']} iterations, a checkpoint every "
           f"{run['checkpoint_every'] or 'run (at the end)'})", flush=True)
-    tuner = tune.Tuner(RLVR, param_space=run_file.to_config(),
+    tuner = tune.Tuner(trainable(run), param_space=run_file.to_config(),
                        run_config=run_config(run_dir, run, progress_bar=run["progress"]))
     return finish(tuner.fit(), run_dir)
 
@@ -85,15 +84,15 @@ def start(run_file: RunFile, run_dir: Path) -> int:
 def resume(run_dir: Path) -> int:
     from ray import tune
 
-    from rllib_llm.algorithm.rlvr import RLVR
-    from rllib_llm.cli.tune_runs import init_ray, read_run_file
+    from rllib_llm.cli.tune_runs import init_ray, read_run_file, trainable
 
-    read_run_file(run_dir)  # a run directory of ours, or a clear error
+    sections = read_run_file(run_dir)  # a run directory of ours, or a clear error
     if not tune.Tuner.can_restore(str(run_dir.resolve())):
         raise FileNotFoundError(f"{run_dir} holds no Tune experiment state to resume from")
     init_ray()
     print(f"resuming {run_dir} from its last checkpoint", flush=True)
-    tuner = tune.Tuner.restore(str(run_dir.resolve()), trainable=RLVR,
+    tuner = tune.Tuner.restore(str(run_dir.resolve()),
+                               trainable=trainable(sections.get("run") or {}),
                                resume_unfinished=True, resume_errored=True)
     return finish(tuner.fit(), run_dir)
 

@@ -147,3 +147,32 @@ def report_errors(results) -> int:
     for r in failed:
         print(f"trial {r.path} failed: {r.error}")
     return 1 if failed else 0
+
+
+def trainable(run: dict[str, Any]) -> type:
+    """The class Tune trains: RLVR, or with `checkpoint_score` a subclass whose results also
+    carry that metric under its flat name at the top level.
+
+    Tune's checkpoint manager orders checkpoints by their score only when the score's key is in
+    the result as given (`score_attr in metrics`, ray/train/_internal/checkpoint_manager.py), and
+    falls back to recency otherwise: a nested metric such as `env_runners/accuracy` kept the most
+    recent checkpoints, not the best. The flat copy is what it looks for.
+    """
+    from rllib_llm.algorithm.rlvr import RLVR
+
+    score = run.get("checkpoint_score")
+    if not score:
+        return RLVR
+
+    class ScoredRLVR(RLVR):
+        def train(self):
+            from ray.tune.utils import flatten_dict
+
+            result = super().train()  # Tune's checkpoints read this same dict (_last_result)
+            flat = flatten_dict(result)
+            if score in flat and score not in result:
+                result[score] = flat[score]
+            return result
+
+    ScoredRLVR.__name__ = ScoredRLVR.__qualname__ = RLVR.__name__  # trial names stay RLVR_...
+    return ScoredRLVR

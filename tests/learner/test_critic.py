@@ -222,9 +222,10 @@ def test_the_learner_batch_carries_length_adaptive_gae_by_hand(monkeypatch):
     subject (they are computed before any step)."""
     captured = _capture_update(monkeypatch)
     alpha, gamma = 0.4, 0.9
+    # 32 prompts: the rebuilt checkpoint answered the first 8 all in 3 tokens (one lambda).
     algo = embedded_config("ppo", length_adaptive_alpha=alpha, gamma=gamma,
                            whiten_advantages=False, advantage_clip=None, lambd=0.3,
-                           **{**GAE, "rollout_batch_size": 8, "response_length": 6}).build_algo()
+                           **{**GAE, "rollout_batch_size": 32, "response_length": 6}).build_algo()
     module = algo.learner_group._learner.module["default_policy"]
     torch.nn.init.normal_(module.critic.head.weight, std=0.5)  # values that are not all 0
     algo.train()

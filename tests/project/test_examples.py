@@ -47,16 +47,29 @@ def test_example_learns_with_a_short_budget(example):
     assert float(learned.group(1)) >= 8.0
 
 
+# The train-file example's budget, sampled held-out pass@1 (4 samples on each of 500 problems):
+# on the split by operand pair, from the rebuilt checkpoint (greedy 59.8% to start, little room),
+# greedy held-out went 0.598 -> 0.656 at 30 iterations -> 0.588 at 60, too noisy to test; sampled,
+# one run (seed 0): 0.3075 -> 0.3355 at 60, 0.3875 at 120; another -> 0.371 at 75, 0.4315 at 150
+# (+12.4 points), measured 2026-11-26. 150 iterations and a bar of 5 points: 7 points under the
+# run measured, 3 to 4 sampling-noise deviations (about 1.4 points each) above no learning.
+TRAIN_FILE_ITERATIONS = 150
+TRAIN_FILE_MIN_GAIN = 0.05
+
+
 @pytest.mark.slow
-def test_the_train_file_example_learns_with_a_short_budget(tmp_path, untrained_greedy_accuracy):
+def test_the_train_file_example_learns_with_a_short_budget(tmp_path, untrained_sampled_accuracy):
     """examples/embedded_topr.yaml (a config file, not a script) through `rllib-llm train`, as its
-    header says, evaluated greedily on 500 problems instead of sampled on 200 (less noise).
-    (The sweep example learns in tests/cli/test_cli_sweep.py.)"""
+    header says, evaluated on 500 problems with 4 samples each instead of 200 with one (less
+    noise). (The sweep example learns in tests/cli/test_cli_sweep.py.)"""
     import json
 
-    sets = ["run.iterations=60", "run.progress=false", "evaluation.evaluation_interval=30",
+    half = TRAIN_FILE_ITERATIONS // 2
+    sets = [f"run.iterations={TRAIN_FILE_ITERATIONS}", "run.progress=false",
+            f"evaluation.evaluation_interval={half}",
             "evaluation.evaluation_config.eval_num_problems=500",
-            "evaluation.evaluation_config.temperature=0"]
+            "evaluation.evaluation_config.eval_num_samples=4",
+            "evaluation.evaluation_config.temperature=1.0"]
     run = subprocess.run([sys.executable, "-m", "rllib_llm.cli", "train",
                           "examples/embedded_topr.yaml", "--run-dir", str(tmp_path / "run"),
                           *(arg for s in sets for arg in ("--set", s))],
@@ -66,8 +79,9 @@ def test_the_train_file_example_learns_with_a_short_budget(tmp_path, untrained_g
     (result_file,) = (tmp_path / "run").glob("RLVR*/result.json")
     held_out = {r["training_iteration"]: r["evaluation"]["pass@1"]
                 for r in map(json.loads, result_file.open()) if "evaluation" in r}
-    assert sorted(held_out) == [30, 60]
-    assert held_out[60] >= untrained_greedy_accuracy + 0.08, (untrained_greedy_accuracy, held_out)
+    assert sorted(held_out) == [half, TRAIN_FILE_ITERATIONS]
+    assert held_out[TRAIN_FILE_ITERATIONS] >= untrained_sampled_accuracy + TRAIN_FILE_MIN_GAIN, (
+        untrained_sampled_accuracy, held_out)
 
 
 def test_demo_runs_its_iteration_budget_and_writes_the_run_directory(tmp_path):
