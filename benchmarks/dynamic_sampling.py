@@ -18,7 +18,7 @@ import statistics
 import time
 
 import ray
-from seeded_runs import mean_spread, run_all, table
+from seeded_runs import accuracy_cells, column, percent, run_all, table
 
 from rllib_llm.recipes.embedded import EMBEDDED_TRAINING, embedded_config
 
@@ -59,16 +59,10 @@ HEADER = ("variant", "held-out before", "after", "gain (points)", "updates",
 
 
 def cells(mine: list[dict]) -> list[str]:
-    def col(key, scale=1.0, digits=1):
-        return mean_spread([r[key] for r in mine], scale, digits)
-
-    def percent(cell: str) -> str:
-        return cell if cell == "-" else f"{cell}%"
-
-    return [col("before", 100), col("after", 100),
-            mean_spread([r["after"] - r["before"] for r in mine], 100),
-            col("iterations", digits=0), percent(col("uninformative_fraction", 100)),
-            col("samples_per_informative_group"), col("s_per_response", 1000, 2)]
+    return [*accuracy_cells(mine), column(mine, "iterations", digits=0),
+            percent(column(mine, "uninformative_fraction", 100)),
+            column(mine, "samples_per_informative_group"),
+            column(mine, "s_per_response", 1000, 2)]
 
 
 def main() -> None:

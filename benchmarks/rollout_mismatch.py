@@ -23,7 +23,7 @@ import statistics
 import time
 
 import ray
-from seeded_runs import mean_spread, run_all, table
+from seeded_runs import accuracy_cells, column, percent, run_all, table
 
 from rllib_llm.recipes.embedded import embedded_config
 from rllib_llm.rollout.env_runner import RLVREnvRunner
@@ -77,16 +77,10 @@ HEADER = ("variant", "held-out before", "after", "gain (points)", "mismatch KL (
 
 
 def cells(mine: list[dict]) -> list[str]:
-    def col(key, scale=1.0, digits=1):
-        return mean_spread([r[key] for r in mine], scale, digits)
-
-    def percent(cell: str) -> str:
-        return cell if cell == "-" else f"{cell}%"
-
-    return [col("before", 100), col("after", 100),
-            mean_spread([r["after"] - r["before"] for r in mine], 100),
-            col("rollout_kl_k3", digits=4), percent(col("rollout_rs_masked_frac", 100)),
-            col("rollout_is_weight_mean", digits=3), col("s_per_iter", digits=2)]
+    return [*accuracy_cells(mine), column(mine, "rollout_kl_k3", digits=4),
+            percent(column(mine, "rollout_rs_masked_frac", 100)),
+            column(mine, "rollout_is_weight_mean", digits=3),
+            column(mine, "s_per_iter", digits=2)]
 
 
 def main() -> None:

@@ -32,6 +32,23 @@ def mean_spread(values: Iterable[float | None], scale: float = 1.0, digits: int 
     return f"{statistics.mean(values):.{digits}f}{spread}"
 
 
+def column(runs: list[dict], key: str, scale: float = 1.0, digits: int = 1) -> str:
+    """`mean_spread` of one result key over the runs."""
+    return mean_spread([r[key] for r in runs], scale, digits)
+
+
+def percent(cell: str) -> str:
+    """A cell as a percentage ('-' stays '-')."""
+    return cell if cell == "-" else f"{cell}%"
+
+
+def accuracy_cells(runs: list[dict]) -> list[str]:
+    """Held-out accuracy before, after and the gain, in points, from the runs' 'before' and
+    'after'."""
+    return [column(runs, "before", 100), column(runs, "after", 100),
+            mean_spread([r["after"] - r["before"] for r in runs], 100)]
+
+
 def table(runs: list[dict], variants: Iterable[str], header: Sequence[str],
           cells: Callable[[list[dict]], list[str]]) -> str:
     """A Markdown table: one row per variant that has runs, `cells(its runs)` after its name."""
