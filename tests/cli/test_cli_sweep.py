@@ -43,9 +43,18 @@ def held_out(rows: list[dict]) -> dict[int, float]:
     return {r["training_iteration"]: r["evaluation"]["pass@1"] for r in rows if "evaluation" in r}
 
 
+# The example at its own budget (150 iterations), held-out sampled 4 times on 500 problems. Measured
+# 2026-11-26, seeds 0, 1, 2, from 30.75% sampled untrained: the mean of the last five readings
+# (110-150) 40.0%, 39.4%, 38.1% (+7.3 to +9.3 points), the best 42.3%, 42.0%, 40.7%; TOPR best in
+# all three. The bar, 4 points on the mean of five, is 3.3 under the weakest seed and about 3.5
+# deviations of that mean's sampling noise above no learning. (The greedy curve it replaced swung
+# 0.626 -> 0.550 between iterations 10 and 20 on the rebuilt checkpoint and failed CI.)
+SWEEP_MIN_GAIN = 0.04
+
+
 def test_the_example_grid_over_pg_variant_learns_and_prints_the_best_trial(
-        tmp_path, untrained_greedy_accuracy):
-    run = sweep(tmp_path / "s", "run.iterations=60", "tune.grace_period=20")
+        tmp_path, untrained_sampled_accuracy):
+    run = sweep(tmp_path / "s")
     results = trials(tmp_path / "s")
     assert sorted(results) == ["cispo@1.0", "topr@1.0"]
     for rows in results.values():
@@ -58,9 +67,12 @@ def test_the_example_grid_over_pg_variant_learns_and_prints_the_best_trial(
                     re.MULTILINE)
     assert float(top.group(1)) == pytest.approx(max(curve.values()), abs=1e-3)
     assert curve[int(top.group(2))] == max(curve.values())
-    # It learned: against the untrained model's greedy accuracy on the same 500 problems.
-    assert max(curve.values()) >= untrained_greedy_accuracy + 0.08, (
-        untrained_greedy_accuracy, curve)
+    # It learned: the best trial ran the whole budget, and its last five readings average above
+    # the untrained model's sampled accuracy on the same 500 problems.
+    assert max(curve) == 150, curve
+    last = [curve[i] for i in sorted(curve)[-5:]]
+    assert sum(last) / 5 >= untrained_sampled_accuracy + SWEEP_MIN_GAIN, (
+        untrained_sampled_accuracy, curve)
 
 
 def test_asha_stops_the_trial_that_falls_behind_at_its_rung(tmp_path):
