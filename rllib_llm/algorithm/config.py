@@ -185,6 +185,13 @@ class RLVRConfig(AlgorithmConfig):
         context = self.model_context_length
         return None if context is None else context - self.response_length
 
+    @property
+    def resolved_overlong_buffer_len(self) -> int | None:
+        """`overlong_buffer_len` in tokens: 'auto' is DAPO's share, 4,096 of 20,480 = 1/5."""
+        if self.overlong_buffer_len == "auto":
+            return max(1, self.response_length // 5)
+        return self.overlong_buffer_len
+
     def held_out_env_overrides(self) -> dict[str, Any]:
         """What the held-out env's config changes in env_config: the split, and the dataset when
         eval_dataset names one."""

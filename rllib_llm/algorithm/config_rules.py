@@ -287,7 +287,7 @@ def check_dynamic_sampling(cfg) -> None:
 
 def check_overlong(cfg) -> None:
     """The overlong buffer fits inside the response (L_cache <= L_max), and its factor is read."""
-    buffer = cfg.overlong_buffer_len
+    buffer = cfg.resolved_overlong_buffer_len
     if buffer is not None and buffer > cfg.response_length:
         raise ValueError(
             f"RLVRConfig.overlong_buffer_len={buffer} is longer than response_length="

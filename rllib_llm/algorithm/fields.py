@@ -59,6 +59,13 @@ def non_negative_int(v: Any) -> str | None:
     )
 
 
+def overlong_buffer(v: Any) -> str | None:
+    if v is None or v == "auto":
+        return None
+    why = positive_int(v)
+    return None if why is None else f"{why} (or 'auto', or None)"
+
+
 def training_temperature(v: Any) -> str | None:
     why = positive(v)
     return None if why is None else (
@@ -483,21 +490,24 @@ FIELDS: tuple[Field, ...] = (
     Field("advantage_clip", 2.0, "Clamp advantages to +-advantage_clip; None = off.",
           optional(positive), "advantage"),
     Field("dynamic_sampling", False,
-          "DAPO's dynamic sampling (verl's algorithm.filter_groups): sample whole batches again "
-          "until rollout_batch_size prompt groups whose final rewards differ are held (a group "
-          "scoring all alike has zero advantage), at most dynamic_sampling_max_rounds batches; "
-          "short of that, uninformative groups fill the batch. Logged under dynamic_sampling/. "
+          "DAPO's dynamic sampling (verl's algorithm.filter_groups): sample again until "
+          "rollout_batch_size prompt groups whose final rewards differ are held (a group "
+          "scoring all alike has zero advantage), at most dynamic_sampling_max_rounds rounds; "
+          "the first round is a whole batch, each later one the groups still missing over the "
+          "informative share seen so far (at most a batch); short of that, uninformative "
+          "groups fill the batch. Logged under dynamic_sampling/. "
           "Needs num_return_sequences_in_group >= 2.", boolean, "advantage"),
     Field("dynamic_sampling_max_rounds", 4,
-          "Most batches dynamic_sampling samples in one iteration, the first included (verl's "
-          "max_num_gen_batches).", positive_int, "advantage"),
+          "Most sampling rounds dynamic_sampling takes in one iteration, the first included "
+          "(verl's max_num_gen_batches).", positive_int, "advantage"),
     Field("overlong_buffer_len", None,
           "DAPO's soft overlong punishment (verl's overlong_buffer.len, L_cache): a response of L "
           "tokens (as response_length counts them) gets min(0, max(-1, (response_length - "
           "L_cache - L) / L_cache)) x overlong_penalty_factor added to its score, a ramp from 0 "
           "to -factor over the last L_cache tokens before response_length. None = off; at most "
-          "response_length.",
-          optional(positive_int), "advantage"),
+          "response_length; 'auto' = the paper's share, a fifth of response_length (4,096 of "
+          "20,480), at least 1, following response_length when it changes.",
+          overlong_buffer, "advantage"),
     Field("overlong_penalty_factor", 1.0,
           "The overlong punishment at response_length (verl's overlong_buffer.penalty_factor); "
           "used only with overlong_buffer_len.", non_negative, "advantage"),

@@ -90,12 +90,13 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
         "dapo", "DAPO, Yu et al. 2025, arXiv:2503.14476",
         "GRPO advantages with clip-higher (0.2 / 0.28), token-level loss and no KL, 16 responses "
         "per prompt, dynamic sampling (batches refilled with groups whose answers differ, up to "
-        "4 rounds). Its overlong reward shaping is a length in tokens, so it is left to you: "
-        "overlong_buffer_len (the paper's is 4,096 of 20,480 tokens), and "
-        "mask_truncated_completions for its overlong filtering.",
+        "4 rounds), and the soft overlong punishment over the last fifth of response_length "
+        "(overlong_buffer_len='auto': the paper's 4,096 of 20,480 tokens, factor 1). Its "
+        "overlong filtering, the alternative it ablates, is mask_truncated_completions.",
         adv_estimator="grpo", num_return_sequences_in_group=16, pg_variant="ppo",
         pg_clip_low=0.2, pg_clip_high=0.28, use_kl_loss=False, loss_agg_mode="token-mean",
         whiten_advantages=False, advantage_clip=None, dynamic_sampling=True,
+        overlong_buffer_len="auto",
     ),
     _preset(
         "rloo", "RLOO, Ahmadian et al. 2024, arXiv:2402.14740",

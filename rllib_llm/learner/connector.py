@@ -90,12 +90,13 @@ class PackAndComputeAdvantages(ConnectorV2):
             self._log(metrics, KL_IN_REWARD, mean_kl)
             self._log(metrics, KL_COEF, self.kl_controller.value)
         scores = data[SCORES]
-        if cfg.overlong_buffer_len is not None:
+        if cfg.resolved_overlong_buffer_len is not None:
             # DAPO's soft overlong punishment, by each response's length as response_length
             # bounds it: every response token, the agent's and any env tokens.
             lengths = data[ATTENTION_MASK][:, -mask.shape[1]:].sum(dim=-1)
             penalty = core.overlong_penalty(lengths, cfg.response_length,
-                                            cfg.overlong_buffer_len, cfg.overlong_penalty_factor)
+                                            cfg.resolved_overlong_buffer_len,
+                                            cfg.overlong_penalty_factor)
             scores = scores + penalty.to(scores.device)
             self._log(metrics, OVERLONG_PENALTY, penalty.mean().item())
         self._log(metrics, TRUNCATED_FRACTION, data[TRUNCATED].mean().item())

@@ -44,6 +44,13 @@ def test_the_critic_presets_carry_their_papers_settings():
         ("gae", True, 0.001, 2.0, 1)
 
 
+def test_the_dapo_preset_carries_dynamic_sampling_and_overlong_shaping():
+    dapo = RLVRConfig.preset("dapo").training(response_length=20480)
+    assert dapo.dynamic_sampling and dapo.resolved_overlong_buffer_len == 4096
+    assert dapo.overlong_penalty_factor == 1.0 and not dapo.mask_truncated_completions
+    assert "left to you" not in PRESETS["dapo"].doc
+
+
 def test_overrides_win_field_by_field_and_are_validated():
     config = RLVRConfig.preset("vapo", length_adaptive_alpha=None, lr=2e-6)
     assert config.length_adaptive_alpha is None and config.lr == 2e-6

@@ -95,6 +95,17 @@ def test_the_overlong_penalty_is_added_to_the_scores_before_the_advantages():
     assert not torch.allclose(plain[ADVANTAGES][:, 0], got)
 
 
+def test_an_auto_overlong_buffer_is_a_fifth_of_the_response_and_follows_it():
+    # DAPO: 4,096 of 20,480 tokens. L_max 6: L_cache 1, so only the length-6 response pays, -1.
+    shaped = connect(overlong_buffer_len="auto")
+    assert shaped[SCORES].tolist() == [1.0, 0.0, 1.0, -1.0]
+    cfg = embedded_config("ppo", overlong_buffer_len="auto", response_length=20480)
+    assert cfg.resolved_overlong_buffer_len == 4096
+    cfg.training(response_length=3)
+    assert cfg.resolved_overlong_buffer_len == 1  # at least one token
+    assert embedded_config("ppo").resolved_overlong_buffer_len is None
+
+
 def test_masking_truncated_completions_drops_their_tokens_and_changes_nothing_else():
     plain, masked = connect(), connect(mask_truncated_completions=True)
     assert masked[ACTION_MASK][3].sum() == 0  # the truncated response: out of the loss
@@ -133,6 +144,7 @@ def test_masked_importance_sampling_drops_the_tokens_outside_the_bounds():
     ({"overlong_buffer_len": 7}, "overlong_buffer_len=7 is longer than response_length=6"),
     ({"overlong_penalty_factor": 0.5}, "overlong_penalty_factor=0.5 has no effect"),
     ({"overlong_buffer_len": 0}, "overlong_buffer_len"),
+    ({"overlong_buffer_len": "half"}, "or 'auto', or None"),
     ({"overlong_penalty_factor": -1.0}, "overlong_penalty_factor"),
     ({"rollout_rs_level": "token"}, "rollout_rs_level='token' needs recompute_old_logp"),
     ({"rollout_rs_threshold_lower": 0.5}, "rollout_rs_threshold_lower=0.5 has no effect"),
