@@ -203,3 +203,35 @@ def test_a_teacher_of_another_tokenizer_is_refused(other_tokenizer):
 def test_a_teacher_of_the_same_tokenizer_validates():
     embedded_config("topr", teacher_model_name_or_path=TEACHER, verifier_advantage_coef=0.0,
                     distillation_coef=0.5).validate()
+
+
+# --- a run --------------------------------------------------------------------------------------
+TINY = dict(rollout_batch_size=2, num_return_sequences_in_group=2, response_length=4)
+
+
+@pytest.mark.usefixtures("ray_session")  # tests/conftest.py
+def test_a_distilling_run_logs_the_reverse_kl_and_checkpoints_without_the_teacher(tmp_path):
+    from rllib_llm.outputs.checkpoints import POLICY_MODULE, _read_pickle
+
+    config = embedded_config("topr", teacher_model_name_or_path=TEACHER, seed=0, **TINY)
+    algo = config.build_algo()
+    learned = algo.train()["learners"]["default_policy"]
+    assert math.isfinite(learned[DISTILLATION_REVERSE_KL])
+    algo.save_to_path(str(tmp_path))
+    state = _read_pickle(tmp_path / POLICY_MODULE / "module_state.pkl")
+    assert any(k.startswith("model.") for k in state)
+    assert not any(k.startswith("teacher_model.") for k in state)
+    trained = {k: v.clone() for k, v in
+               algo.learner_group._learner.module["default_policy"].model.state_dict().items()}
+    algo.stop()
+    restored = config.build_algo()
+    restored.restore_from_path(str(tmp_path))
+    module = restored.learner_group._learner.module["default_policy"]
+    for k, v in module.model.state_dict().items():
+        assert torch.equal(v, trained[k]), k
+    # The teacher came from teacher_model_name_or_path again, untouched by the restore.
+    shipped = load_model(TEACHER).state_dict()
+    for k, v in module.teacher_model.state_dict().items():
+        assert torch.equal(v, shipped[k]), k
+    restored.train()
+    restored.stop()
