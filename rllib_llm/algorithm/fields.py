@@ -457,7 +457,8 @@ FIELDS: tuple[Field, ...] = (
     # --- on-policy distillation -----------------------------------------------------------------
     Field("teacher_model_name_or_path", None,
           "On-policy distillation (Thinking Machines' on-policy distillation; the sampled-token "
-          "reverse KL of GKD, TRL's GKDTrainer and NeMo-RL's distillation): a frozen teacher "
+          "estimate of the reverse KL that GKD, TRL's GKDTrainer (beta=1) and NeMo-RL's "
+          "distillation (kl_type='reverse') take over the vocabulary): a frozen teacher "
           "causal LM scores the tokens the student sampled, and each response token's advantage "
           "becomes verifier_advantage_coef x the estimator's advantage - distillation_coef x "
           "(log pi_student - log pi_teacher) of that token, the one-sample estimate of the "

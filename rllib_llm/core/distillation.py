@@ -14,8 +14,9 @@ up, one the teacher finds unlikely gets pushed down. The policy gradient of -r_t
 student's samples is the gradient of the reverse KL with no discounting: each token is charged
 its own term only, as in Thinking Machines' "On-Policy Distillation" (Lu et al., 2025; Tinker's
 cookbook uses discount 0) and the reverse-KL case of GKD (Agarwal et al., arXiv:2306.13649;
-TRL's GKDTrainer with beta = 1 computes the same divergence over the whole vocabulary instead of
-the sampled token). With a verifier reward too, the advantage of each token is
+TRL's GKDTrainer with beta = 1 and NeMo-RL's distillation with kl_type "reverse" compute the same
+divergence as a loss, over the whole vocabulary or the teacher's top-k, instead of from the
+sampled token). With a verifier reward too, the advantage of each token is
 
     A_t = verifier_coef * A_verifier_t - distillation_coef * r_t
 
