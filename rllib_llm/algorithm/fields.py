@@ -476,8 +476,12 @@ FIELDS: tuple[Field, ...] = (
     Field("distillation_coef", 1.0,
           "Weight of the teacher's per-token term in each token's advantage (Tinker's "
           "kl_penalty_coef). It is added after the estimator's own normalisation, whitening and "
-          "clipping (advantage_clip does not bound it), so it stays in nats per token. Only "
-          "with teacher_model_name_or_path; > 0.", positive, "distillation"),
+          "clipping (advantage_clip does not bound it), so it stays in nats per token. It "
+          "weighs the teacher against the verifier's advantages and the other loss terms "
+          "(entropy, KL); with verifier_advantage_coef=0 and no other term it only scales the "
+          "loss, which Adam undoes (the same curve at 1 and 3 on the embedded task, "
+          "benchmarks/RESULTS.md). Only with teacher_model_name_or_path; > 0.",
+          positive, "distillation"),
     Field("verifier_advantage_coef", 1.0,
           "Weight of the verifier reward's advantage (adv_estimator's) when distilling: 1 = "
           "the teacher's term added to it, 0 = distillation alone (the verifier's scores then "
