@@ -484,9 +484,10 @@ FIELDS: tuple[Field, ...] = (
           positive, "distillation"),
     Field("verifier_advantage_coef", 1.0,
           "Weight of the verifier reward's advantage (adv_estimator's) when distilling: 1 = "
-          "the teacher's term added to it, 0 = distillation alone (the verifier's scores then "
-          "reach the loss only through a pg_variant that splits by correct answers, topr, "
-          "whose split matters off-policy only, or positive_loss_coef > 0). Only with "
+          "the teacher's term added to it, 0 = distillation alone (the verifier's verdicts "
+          "then reach the loss only where a term picks responses by correct answers: "
+          "pg_variant='topr', whose split matters off-policy only, and positive_loss_coef, "
+          "use_topr_neg_loss_coef, positive_nll_coef > 0). Only with "
           "teacher_model_name_or_path.", non_negative, "distillation"),
     # --- rewards and advantages -----------------------------------------------------------------
     Field("adv_estimator", "grpo",
