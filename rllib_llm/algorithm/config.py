@@ -254,6 +254,7 @@ class RLVRConfig(AlgorithmConfig):
                 "fused_kernels": self.use_fused_kernels,
                 "critic": self.critic_spec,
                 "lora": self.lora_spec,
+                "teacher": self.teacher_model_name_or_path,
             },
         )
 

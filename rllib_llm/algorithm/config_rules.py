@@ -12,6 +12,7 @@ from typing import Any
 
 from rllib_llm import core
 from rllib_llm.algorithm.deepspeed_checks import check_deepspeed_settings
+from rllib_llm.algorithm.distillation_checks import check_distillation
 from rllib_llm.algorithm.fields import (
     ALIASES,
     FIELDS_BY_NAME,
@@ -62,6 +63,7 @@ def check_all(cfg) -> None:
     check_model(cfg)
     check_rllib_settings(cfg)
     check_combinations(cfg)
+    check_distillation(cfg)
     check_lengths(cfg)
     check_overlong(cfg)
     check_dynamic_sampling(cfg)
@@ -70,12 +72,14 @@ def check_all(cfg) -> None:
 
 
 def check_model(cfg) -> None:
-    """model_name_or_path (and critic_model_name_or_path) can be loaded: a missing local path,
-    or a hub id that cannot be fetched, fails here at once, naming the setting (not after the
-    hub's retries, as a traceback). Those two raise FileNotFoundError, as loading would."""
+    """model_name_or_path (and critic_ and teacher_model_name_or_path) can be loaded: a missing
+    local path, or a hub id that cannot be fetched, fails here at once, naming the setting (not
+    after the hub's retries, as a traceback). Those two raise FileNotFoundError, as loading
+    would."""
     from rllib_llm.models import resolve_checkpoint
 
-    for name in ("model_name_or_path", "critic_model_name_or_path"):
+    for name in ("model_name_or_path", "critic_model_name_or_path",
+                 "teacher_model_name_or_path"):
         value = getattr(cfg, name)
         if value is None:
             continue

@@ -146,8 +146,10 @@ FIELDS: tuple[Field, ...] = (
     # --- model and sampling -------------------------------------------------------------------
     Field("model_name_or_path", "embedded",
           "Causal LM to train: 'embedded' (the tiny char-level Llama shipped with rllib_llm, no "
-          "download), 'embedded_tool' (the same, taught to call math_tool's python tool), a "
-          "local Hugging Face checkpoint directory, or a hub id.", text, "model"),
+          "download), 'embedded_tool' (the same, taught to call math_tool's python tool), "
+          "'embedded_teacher' ('embedded' after RL, the distillation teacher of "
+          "teacher_model_name_or_path), a local Hugging Face checkpoint directory, or a hub id.",
+          text, "model"),
     Field("model_dtype", "float32",
           "Parameter dtype of learner and sampler: 'float32', 'bfloat16' or 'float16'.",
           one_of(("float32", "bfloat16", "float16")), "model"),
@@ -459,6 +461,41 @@ FIELDS: tuple[Field, ...] = (
     Field("target_kl", None, "Adaptive beta's target KL; None = fixed beta.", optional(positive),
           "kl"),
     Field("kl_horizon", 10000, "Adaptive beta's horizon in steps.", positive, "kl"),
+    # --- on-policy distillation -----------------------------------------------------------------
+    Field("teacher_model_name_or_path", None,
+          "On-policy distillation (Thinking Machines' on-policy distillation; the sampled-token "
+          "estimate of the reverse KL that GKD, TRL's GKDTrainer (beta=1) and NeMo-RL's "
+          "distillation (kl_type='reverse') take over the vocabulary): a frozen teacher "
+          "causal LM scores the tokens the student sampled, and each response token's advantage "
+          "becomes verifier_advantage_coef x the estimator's advantage - distillation_coef x "
+          "(log pi_student - log pi_teacher) of that token, the one-sample estimate of the "
+          "per-token reverse KL (pi_student's log-probs are old_logp: the sampler's, or the "
+          "learner's with recompute_old_logp). The teacher's log-probs are of its logits / "
+          "temperature, the convention the learner scores the student with, so both are the "
+          "distributions sampled at `temperature`. Named like model_name_or_path: "
+          "'embedded_teacher' (the embedded model trained by RL, shipped as a teacher for "
+          "'embedded'), a local checkpoint directory, or a hub id; its tokenizer must map every "
+          "token to the same id as the student's (refused otherwise). Loaded on learners only, "
+          "in model_dtype, frozen, in eval mode, and left out of checkpoints (it is loaded from "
+          "here again). Logged: learners/default_policy/distillation_reverse_kl, the mean per "
+          "response token. None = off. Needs a critic-free adv_estimator and "
+          "learner_strategy='torch'.", optional(text), "distillation"),
+    Field("distillation_coef", 1.0,
+          "Weight of the teacher's per-token term in each token's advantage (Tinker's "
+          "kl_penalty_coef). It is added after the estimator's own normalisation, whitening and "
+          "clipping (advantage_clip does not bound it), so it stays in nats per token. It "
+          "weighs the teacher against the verifier's advantages and the other loss terms "
+          "(entropy, KL); with verifier_advantage_coef=0 and no other term it only scales the "
+          "loss, which Adam undoes (the same curve at 1 and 3 on the embedded task, "
+          "benchmarks/RESULTS.md). Only with teacher_model_name_or_path; > 0.",
+          positive, "distillation"),
+    Field("verifier_advantage_coef", 1.0,
+          "Weight of the verifier reward's advantage (adv_estimator's) when distilling: 1 = "
+          "the teacher's term added to it, 0 = distillation alone (the verifier's verdicts "
+          "then reach the loss only where a term picks responses by correct answers: "
+          "pg_variant='topr', whose split matters off-policy only, and positive_loss_coef, "
+          "use_topr_neg_loss_coef, positive_nll_coef > 0). Only with "
+          "teacher_model_name_or_path.", non_negative, "distillation"),
     # --- rewards and advantages -----------------------------------------------------------------
     Field("adv_estimator", "grpo",
           "Advantage estimator: gae (PPO with a critic: the critic_* and value_* settings), "
@@ -628,6 +665,7 @@ SECTIONS = {
     "loss": "Policy-gradient loss",
     "variant parameters": "Per-variant parameters of the policy-gradient loss",
     "kl": "KL to the reference model",
+    "distillation": "On-policy distillation from a teacher model",
     "advantage": "Rewards and advantages",
     "critic": "The critic (adv_estimator='gae'; with any other estimator these keep defaults)",
     "evaluation": "Evaluation on held-out problems",

@@ -26,6 +26,11 @@ from rllib_llm.core.aggregation import (
     agg_loss,
     check_agg_mode,
 )
+from rllib_llm.core.distillation import (
+    distillation_advantages,
+    mean_reverse_kl,
+    reverse_kl_per_token,
+)
 from rllib_llm.core.kl import (
     KL_ESTIMATOR_REGISTRY,
     KL_KINDS,
@@ -135,6 +140,7 @@ __all__ = [
     "check_norm_type",
     "compute_advantages",
     "discounted_returns",
+    "distillation_advantages",
     "explained_variance",
     "gae",
     "group_adv_estimator",
@@ -144,6 +150,7 @@ __all__ = [
     "last_token_rewards",
     "length_adaptive_lambda",
     "masked_mean",
+    "mean_reverse_kl",
     "masked_sum",
     "masked_var",
     "overlong_penalty",
@@ -160,6 +167,7 @@ __all__ = [
     "register_pg_variant",
     "registered_names",
     "restore_registrations",
+    "reverse_kl_per_token",
     "reward_norm",
     "rollout_is_weights",
     "rollout_rejection_mask",

@@ -46,6 +46,9 @@ OLD_LOGP_RECOMPUTED = "old_logp_recomputed"
 # responses truncated at the response limit (those that mask_truncated_completions drops).
 OVERLONG_PENALTY = "overlong_penalty_mean"
 TRUNCATED_FRACTION = "truncated_fraction"
+# On-policy distillation: the mean over response tokens of log pi_student - log pi_teacher of the
+# sampled token (the per-token reverse-KL estimate; teacher_model_name_or_path).
+DISTILLATION_REVERSE_KL = "distillation_reverse_kl"
 
 
 class PackAndComputeAdvantages(ConnectorV2):
@@ -121,6 +124,8 @@ class PackAndComputeAdvantages(ConnectorV2):
         )
         if token_kl is not None:
             self.kl_controller.update(mean_kl, len(episodes))
+        if module.has_teacher:
+            advantages = self._distil(module, data, advantages, metrics)
         data[SCORES] = scores
         data[ADVANTAGES] = advantages.float()
         if values is not None:
@@ -150,6 +155,20 @@ class PackAndComputeAdvantages(ConnectorV2):
             data[ACTION_MASK] = data[ACTION_MASK] * (1.0 - data[TRUNCATED])[:, None]
         device = next(module.parameters()).device
         return {DEFAULT_MODULE_ID: {k: v.to(device) for k, v in data.items()}}
+
+    def _distil(self, module, data: dict[str, torch.Tensor], advantages: torch.Tensor,
+                metrics) -> torch.Tensor:
+        """The advantages with on-policy distillation's per-token term (core/distillation.py):
+        verifier_advantage_coef x advantages - distillation_coef x (old_logp - teacher_logp),
+        after the estimator's normalisation and clipping. old_logp are the student's log-probs
+        of its samples: the sampler's, or recomputed by the learner (recompute_old_logp)."""
+        mask = data[ACTION_MASK]
+        teacher_logp = self._score(module.score_teacher_tokens, data).to(mask.device).float()
+        reverse_kl = core.reverse_kl_per_token(data[OLD_LOGP], teacher_logp, mask)  # (B, T)
+        self._log(metrics, DISTILLATION_REVERSE_KL, core.mean_reverse_kl(reverse_kl, mask).item())
+        return core.distillation_advantages(advantages, reverse_kl, mask,
+                                            distillation_coef=self.cfg.distillation_coef,
+                                            verifier_coef=self.cfg.verifier_advantage_coef)
 
     def _recompute_old_logp(self, module, data: dict[str, torch.Tensor], metrics) -> None:
         """Score the responses with the learner's own model, once, before the first epoch.

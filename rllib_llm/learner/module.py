@@ -32,6 +32,8 @@ from rllib_llm.models.value_model import (
 
 MODEL = "model"  # the causal LM
 REFERENCE = "reference_model"
+# On-policy distillation's frozen teacher (teacher_model_name_or_path), on learners only.
+TEACHER = "teacher_model"
 # forward_train's keyword that runs a function inside the module's forward (see `forward_via`).
 RUN_IN_FORWARD = "run_in_forward"
 CRITIC = "critic"  # a separate value model (models/value_model.py)
@@ -40,7 +42,7 @@ VALUE_HEAD = "value_head"  # a value head on the policy's own trunk
 # Cohere's and Granite's logit scales): fused kernels would skip it.
 POST_HEAD_SETTINGS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 # What env runners (inference_only=True) never build, hold or receive.
-NON_INFERENCE = (REFERENCE, CRITIC, VALUE_HEAD)
+NON_INFERENCE = (REFERENCE, CRITIC, VALUE_HEAD, TEACHER)
 
 
 def position_ids_for(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -65,14 +67,15 @@ def response_logits(
 
 class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
     """The policy LM, plus a frozen reference LM on learners that need a KL term, plus a critic
-    on learners of adv_estimator='gae'.
+    on learners of adv_estimator='gae', plus a frozen teacher LM on learners that distil.
 
     model_config keys: `model_name_or_path`, `model_dtype`, `temperature`, `use_reference`,
     `entropy_grad` (the entropy needs a gradient: entropy_coef > 0), `micro_batch_tokens` and
     `micro_batch_rows` (the learner's micro-batch budget, which every scoring pass keeps; None =
     no bound), `gradient_checkpointing` (recompute layer activations in backward),
     `fused_kernels` (log-probs from the last hidden states and the LM head, chunk by chunk:
-    `use_fused_kernels`), `critic` (None, or {"model_name_or_path": ..., "shares_trunk": bool}).
+    `use_fused_kernels`), `critic` (None, or {"model_name_or_path": ..., "shares_trunk": bool}),
+    `teacher` (None, or the teacher's model_name_or_path: `teacher_model_name_or_path`).
     Env runners build the module with `inference_only=True`: the policy alone.
     """
 
@@ -98,6 +101,14 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
             ref = load_model(cfg["model_name_or_path"], dtype=cfg["model_dtype"])
             ref.requires_grad_(False)
             self.reference_model = ref.eval()
+        if cfg.get("teacher") and not self.inference_only:
+            # Scored at self.temperature like the student (`score_teacher_tokens`); never
+            # trained, never checkpointed (get_state), never sent to env runners.
+            teacher = load_model(cfg["teacher"], dtype=cfg["model_dtype"])
+            teacher.requires_grad_(False)
+            if self.fused_kernels:
+                check_fused_head(teacher)
+            self.teacher_model = teacher.eval()
         critic = cfg.get("critic")
         self.gradient_checkpointing = bool(cfg.get("gradient_checkpointing")) and \
             not self.inference_only
@@ -117,8 +128,9 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
         """The learner switches the module to training mode; the reference stays in eval mode
         (it scores, never trains: dropout there would make its log-probs random)."""
         super().train(mode)
-        if hasattr(self, REFERENCE):
-            self.reference_model.eval()
+        for frozen in (REFERENCE, TEACHER):
+            if hasattr(self, frozen):
+                getattr(self, frozen).eval()
         return self
 
     def get_non_inference_attributes(self) -> list[str]:
@@ -127,6 +139,10 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
     @property
     def has_reference(self) -> bool:
         return hasattr(self, REFERENCE) or self._reference_is_base
+
+    @property
+    def has_teacher(self) -> bool:
+        return hasattr(self, TEACHER)
 
     @property
     def has_critic(self) -> bool:
@@ -250,6 +266,18 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
         return self._in_eval_chunks(  # (B, T)
             model, batch, lambda rows: self._token_logp(model, rows, entropy_grad=False)[0])
 
+    @torch.no_grad()
+    def score_teacher_tokens(self, batch: dict[str, Any]) -> torch.Tensor:
+        """log-probs (B, T) of the response tokens under the distillation teacher, no grad: of its
+        logits / temperature, as the student's are, in eval mode and in the learner's
+        micro-batches (like `score_tokens`)."""
+        if not self.has_teacher:
+            raise ValueError("RLVRModule has no teacher: set teacher_model_name_or_path (learners "
+                             "only; env runners never hold one).")
+        teacher = self.teacher_model
+        return self._in_eval_chunks(  # (B, T)
+            teacher, batch, lambda rows: self._token_logp(teacher, rows, entropy_grad=False)[0])
+
     # RLlib's default get_state converts to numpy, which has no bfloat16: keep torch tensors,
     # in a TensorState so that Ray still moves their bytes without pickling them. Like RLlib's
     # numpy views, CPU tensors alias the parameters (no copy: whoever keeps them pickles or
@@ -272,6 +300,9 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
                 include=lambda k: not (inference_only and _non_inference(k)))
         else:
             state = self.state_dict()
+        # The teacher is frozen and comes from teacher_model_name_or_path: checkpoints (and
+        # weight syncs) never carry it, however large it is.
+        state = {k: v for k, v in state.items() if not _teacher(k)}
         if inference_only:
             state = {k: v for k, v in state.items() if not _non_inference(k)}
         elif self._adapters:
@@ -305,9 +336,9 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
                 {k: v for k, v in tensors.items() if k not in same}, strict=False)
             missing = [k for k in missing if k not in same]
         # An inference-only copy never holds reference or critic, a LoRA state never the frozen
-        # base; anything else missing is a bug.
-        missing = [k for k in missing
-                   if not _non_inference(k) and not (adapters and _frozen_base(k))]
+        # base, no state the teacher; anything else missing is a bug.
+        missing = [k for k in missing if not _non_inference(k) and not _teacher(k)
+                   and not (adapters and _frozen_base(k))]
         if missing or unexpected:
             raise ValueError(
                 f"RLVRModule.set_state: state does not fit this model (missing {missing[:5]}, "
@@ -380,6 +411,11 @@ def check_fused_head(model: torch.nn.Module) -> None:
 def _frozen_base(key: str) -> bool:
     """Whether a state-dict key is a frozen base weight of a LoRA policy (not the adapters)."""
     return key.split(".", 1)[0] == MODEL and ".lora_" not in key
+
+
+def _teacher(key: str) -> bool:
+    """Whether a state-dict key is a weight of the distillation teacher."""
+    return key.split(".", 1)[0] == TEACHER
 
 
 def _non_inference(key: str) -> bool:

@@ -2,7 +2,9 @@
 
 `"embedded"` names the tiny char-level Llama the project trains itself
 (`scripts/pretrain_embedded.py`) and ships in `models/embedded/`; `"embedded_tool"` the same
-model taught tool-use transcripts, the start of "math_tool" runs (`models/embedded_tool/`).
+model taught tool-use transcripts, the start of "math_tool" runs (`models/embedded_tool/`);
+`"embedded_teacher"` the embedded model after RL (`scripts/train_teacher.py`), a teacher for
+on-policy distillation (`models/embedded_teacher/`).
 Any other name goes to Hugging Face's `Auto*.from_pretrained` (a local directory, or a hub id on
 a machine that can reach the hub). All go through the same code path, so the embedded
 checkpoints exercise exactly what a user's model does.
@@ -37,10 +39,12 @@ if TYPE_CHECKING:
 EMBEDDED = "embedded"
 EMBEDDED_DIR = Path(__file__).parent / "embedded"
 EMBEDDED_TOOL = "embedded_tool"
-# Name -> shipped checkpoint directory, each built by scripts/pretrain_embedded.py (see its
-# README).
+# "embedded" after RL (the demo's recipe): on-policy distillation's teacher for "embedded".
+EMBEDDED_TEACHER = "embedded_teacher"
+# Name -> shipped checkpoint directory, each built by a script in scripts/ (see its README).
 EMBEDDED_CHECKPOINTS = {EMBEDDED: EMBEDDED_DIR,
-                        EMBEDDED_TOOL: Path(__file__).parent / "embedded_tool"}
+                        EMBEDDED_TOOL: Path(__file__).parent / "embedded_tool",
+                        EMBEDDED_TEACHER: Path(__file__).parent / "embedded_teacher"}
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -67,6 +71,7 @@ __all__ = [
     "EMBEDDED",
     "EMBEDDED_CHECKPOINTS",
     "EMBEDDED_DIR",
+    "EMBEDDED_TEACHER",
     "EMBEDDED_TOOL",
     "encode_prompt",
     "load_model",
@@ -271,7 +276,7 @@ def load_model(name_or_path: str = EMBEDDED, *, dtype: str = "float32") -> PreTr
     if shipped is not None and not (shipped / MODEL_CONFIG).exists():
         raise FileNotFoundError(
             f"the {name_or_path} checkpoint is missing from {shipped}; rebuild it with the "
-            f"command in {shipped.name}/README.md (`python scripts/pretrain_embedded.py ...`)"
+            f"command in {shipped.name}/README.md (a script in scripts/)"
         )
     path = resolve_checkpoint(name_or_path, kind="model")  # fails fast, before the import
     from transformers import AutoModelForCausalLM

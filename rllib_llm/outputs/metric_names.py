@@ -32,6 +32,8 @@ ENTROPY = "learners/default_policy/entropy"
 CLIP_FRACTION = "learners/default_policy/clipfrac"
 LEARNER_TOKENS_PER_S = "learners/default_policy/learner_tokens_per_s"
 VALUE_LOSS = "learners/default_policy/value_loss"  # adv_estimator="gae" only
+# On-policy distillation (teacher_model_name_or_path only).
+DISTILLATION_REVERSE_KL = "learners/default_policy/distillation_reverse_kl"
 # Phases of an iteration, seconds.
 TIME_SAMPLE_S = "timers/sample"
 TIME_LEARN_S = "timers/learn"
@@ -65,6 +67,9 @@ METRICS: Mapping[str, str] = MappingProxyType({
     CLIP_FRACTION: "share of tokens whose ratio was clipped",
     LEARNER_TOKENS_PER_S: "training throughput of the learner, tokens/s",
     VALUE_LOSS: "the critic's loss (`adv_estimator='gae'` only)",
+    DISTILLATION_REVERSE_KL: "mean over response tokens of log pi_student - log pi_teacher of "
+                             "the sampled token, the reverse KL to the distillation teacher "
+                             "(`teacher_model_name_or_path` only)",
     TIME_SAMPLE_S: "seconds generating and verifying this iteration",
     TIME_LEARN_S: "seconds updating this iteration",
     TIME_WEIGHT_SYNC_S: "seconds sending weights to the env runners this iteration",

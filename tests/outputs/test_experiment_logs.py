@@ -28,8 +28,9 @@ from rllib_llm.recipes.embedded import embedded_config
 
 ITERATIONS = 2
 # Stable names every iteration of this run has: all but the KL to a reference model (no
-# use_kl_loss) and the critic's loss (no GAE).
-EXPECTED = [name for name in m.METRICS if name not in (m.KL, m.VALUE_LOSS)]
+# use_kl_loss), the critic's loss (no GAE) and the reverse KL to a teacher (no distillation).
+EXPECTED = [name for name in m.METRICS
+            if name not in (m.KL, m.VALUE_LOSS, m.DISTILLATION_REVERSE_KL)]
 CURVES = (m.REWARD, m.ACCURACY, m.HELD_OUT_ACCURACY)
 needs_mlflow = pytest.mark.skipif(
     any(importlib.util.find_spec(p) is None for p in ("mlflow", "sqlalchemy", "alembic")),
