@@ -337,13 +337,16 @@ def _candidates(path: Path, section: str, key: str, value: Any,
                 allow_search_spaces: bool) -> list[Any]:
     """The values to check: the value, or a search space's grid / choices (none for a
     distribution: Tune samples it, the trial's config is checked when it is built)."""
-    from rllib_llm.cli.search_spaces import SEARCH_SPACE_KINDS, is_search_space
+    from rllib_llm.cli.search_spaces import SEARCH_SPACE_KINDS, is_search_space, malformed
 
     if not is_search_space(value):
         return [value]
     if not allow_search_spaces:
         raise ConfigFileError(f"{path}: {section}.{key} is a search space ({value!r:.60}): "
                               "run the file with `rllib-llm sweep`")
+    why = malformed(value)
+    if why:
+        raise ConfigFileError(f"{path}: {section}.{key}: {why}")
     (kind, args), = value.items()
     return list(args) if SEARCH_SPACE_KINDS[kind].discrete else []
 

@@ -28,20 +28,27 @@ def is_search_space(value: Any) -> bool:
     return isinstance(value, dict) and len(value) == 1 and next(iter(value)) in SEARCH_SPACE_KINDS
 
 
+def malformed(space: dict) -> str | None:
+    """Why a search space's arguments are not what its kind takes (an empty grid would start no
+    trial), or None."""
+    (kind, args), = space.items()
+    if (not isinstance(args, list) or not args
+            or (not SEARCH_SPACE_KINDS[kind].discrete and len(args) != 2)):
+        return f"{{{kind}: ...}} takes {SEARCH_SPACE_KINDS[kind].arity}, got {args!r}"
+    return None
+
+
 def to_tune(value: Any) -> Any:
     """`value` with every YAML search space replaced by Tune's object (recursively)."""
     from ray import tune
 
     if is_search_space(value):
         (kind, args), = value.items()
-        if not isinstance(args, list) or not args:
-            raise ValueError(f"{{{kind}: ...}} takes {SEARCH_SPACE_KINDS[kind].arity}, "
-                             f"got {args!r}")
+        why = malformed(value)
+        if why:
+            raise ValueError(why)
         if SEARCH_SPACE_KINDS[kind].discrete:
             return getattr(tune, kind)(args)
-        if len(args) != 2:
-            raise ValueError(f"{{{kind}: ...}} takes {SEARCH_SPACE_KINDS[kind].arity}, "
-                             f"got {args!r}")
         return getattr(tune, kind)(*args)
     if isinstance(value, dict):
         return {k: to_tune(v) for k, v in value.items()}

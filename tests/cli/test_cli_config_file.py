@@ -301,6 +301,14 @@ def test_a_sweep_needs_a_search_space_and_checks_every_grid_value(tmp_path, caps
     path = write(tmp_path, "training: {pg_variant: {grid_search: [topr, nope]}}")
     assert main(["sweep", str(path), "--dry-run"]) == 2
     assert "training.pg_variant = 'nope' is invalid" in capsys.readouterr().err
+    # A grid with no value would start no trial; a range needs its two ends.
+    path = write(tmp_path, "training: {pg_variant: {grid_search: []}}")
+    assert main(["sweep", str(path), "--dry-run"]) == 2
+    assert "training.pg_variant: {grid_search: ...} takes a list of values, every one tried, " \
+        "got []" in capsys.readouterr().err
+    path = write(tmp_path, "training: {lr: {uniform: [1.0e-5]}}")
+    assert main(["sweep", str(path), "--dry-run"]) == 2
+    assert "training.lr: {uniform: ...} takes [low, high]" in capsys.readouterr().err
     path = write(tmp_path, "training: {pg_variant: {grid_search: [topr]}}\ntune: {mode: best}")
     assert main(["sweep", str(path), "--dry-run"]) == 2
     assert "tune.mode = 'best' is invalid" in capsys.readouterr().err
