@@ -1,17 +1,24 @@
 """Build the embedded reward model (`rllib_llm/models/embedded_reward`): a sequence classifier
 that tells the embedded model's correct answers from its wrong ones.
 
-    python scripts/train_reward_model.py --out rllib_llm/models/embedded_reward --seed 0
+    python scripts/train_reward_model.py --out /tmp/embedded_reward_stage1 --seed 0 \
+        --lr 5e-4 --epochs 14 --init embedded_teacher
+    python scripts/train_reward_model.py --out rllib_llm/models/embedded_reward --seed 1 \
+        --lr 3e-4 --epochs 8 --init /tmp/embedded_reward_stage1 --teacher-samples 1
+
+(the two stages the shipped checkpoint was built with: rllib_llm/models/embedded_reward/README.md)
 
 A build script, like pretrain_embedded.py (it reads the env layer's problems and verifier):
 
 1. data: the shipped `embedded` model samples `--samples` responses (temperature 1, at most 6
-   tokens: the embedded recipe's response_length) to every problem of the TRAIN split; the
+   tokens: the embedded recipe's response_length) to every problem of the TRAIN split
+   (`--teacher-samples` more from `embedded_teacher`, a better policy's answers); the
    verifier (`MathVerifier`, the math_verify env's default) labels each correct (1) or not (0).
    The classifier reads `prompt + response` as the reward workers feed it (the response decoded
    up to EOS, special tokens skipped).
-2. model: `LlamaForSequenceClassification` with 2 labels, its body initialised from `embedded`
-   (the same architecture and char tokenizer), its head fresh; trained with cross-entropy,
+2. model: `LlamaForSequenceClassification` with 2 labels, its body initialised from `--init`
+   (a causal LM of the embedded architecture and char tokenizer; its head fresh) or a classifier
+   this script wrote (trained on); trained with cross-entropy,
    AdamW, `--epochs` passes over the data in batches of 128.
 3. held out: the same sampling on the TEST split (never trained on) gives the classification
    accuracy the checkpoint's README records, with the accuracy of always answering "wrong".
@@ -93,7 +100,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--init", default="embedded_teacher",
-                        help="the shipped checkpoint the classifier's body starts from")
+                        help="the checkpoint the classifier starts from: a causal LM (its body; "
+                             "the head fresh) or a classifier of this script (to train on)")
+    parser.add_argument("--teacher-samples", type=int, default=0,
+                        help="responses per train problem sampled from embedded_teacher too "
+                             "(more correct answers, and answers of a better policy)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -101,6 +112,9 @@ def main(argv: list[str] | None = None) -> None:
     tokenizer = load_tokenizer("embedded")
     policy = load_model("embedded")
     train = sample_responses(policy, tokenizer, arithmetic_problems("train"), args.samples)
+    if args.teacher_samples:
+        train += sample_responses(load_model("embedded_teacher"), tokenizer,
+                                  arithmetic_problems("train"), args.teacher_samples)
     test = sample_responses(policy, tokenizer, arithmetic_problems("test"), args.samples)
     positives = sum(label for *_, label in train) / len(train)
     test_positives = sum(label for *_, label in test) / len(test)
