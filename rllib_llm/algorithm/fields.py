@@ -510,9 +510,11 @@ FIELDS: tuple[Field, ...] = (
           "and wrong answers, shipped), a local checkpoint directory, or a hub id; loaded by the "
           "reward workers only, in model_dtype, in eval mode. Logged under reward_model/: "
           "model_score_mean, verifier_score_mean, reward_mean (combined) and time_s (the "
-          "workers' scoring, wall). A worker that fails or returns a non-finite score stops "
-          "training with an error naming it, before the update. None = off (the verifier's "
-          "reward alone).", optional(text), "reward model"),
+          "workers' scoring, wall). A policy can exploit a reward model: its score rises while "
+          "verifier_score_mean falls (a 76%-accurate classifier took held-out accuracy from "
+          "32% to 4%, benchmarks/RESULTS.md, 'Reward models'). A worker that fails or returns "
+          "a non-finite score stops training with an error naming it, before the update. "
+          "None = off (the verifier's reward alone).", optional(text), "reward model"),
     Field("reward_model_type", "classifier",
           "'classifier': an AutoModelForSequenceClassification reads prompt + response and "
           "scores it with its logit (1 label: a scalar reward model, as TRL, OpenRLHF and verl "
