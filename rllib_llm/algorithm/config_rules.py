@@ -21,6 +21,7 @@ from rllib_llm.algorithm.fields import (
     rule_broken,
 )
 from rllib_llm.algorithm.placement_checks import check_placement
+from rllib_llm.algorithm.reward_model_checks import check_reward_model
 
 # RLlib settings whose unit is an env step (a token here) or that RLVR's fields replace: a
 # non-default value is rejected, naming the field to use instead.
@@ -64,6 +65,7 @@ def check_all(cfg) -> None:
     check_rllib_settings(cfg)
     check_combinations(cfg)
     check_distillation(cfg)
+    check_reward_model(cfg)
     check_lengths(cfg)
     check_overlong(cfg)
     check_dynamic_sampling(cfg)

@@ -496,6 +496,71 @@ FIELDS: tuple[Field, ...] = (
           "pg_variant='topr', whose split matters off-policy only, and positive_loss_coef, "
           "use_topr_neg_loss_coef, positive_nll_coef > 0). Only with "
           "teacher_model_name_or_path.", non_negative, "distillation"),
+    # --- reward models and LLM judges ---------------------------------------------------------
+    Field("reward_model_name_or_path", None,
+          "A reward from a model (verl's reward_model.enable + reward_model.model.path, "
+          "OpenRLHF's reward_pretrain, a model in TRL GRPOTrainer's reward_funcs): each sampled "
+          "response is scored by this model, served by num_reward_workers Ray actors, and its "
+          "final reward becomes reward_weights[0] x the verifier's reward + reward_weights[1] x "
+          "the model's score. The reward is combined on the driver right after sampling, before "
+          "dynamic_sampling and the learner see it: the combined reward is THE reward (scores, "
+          "advantages, DAPO's overlong penalty, reward_clip), while the verifier's verdict "
+          "(correct) and env_runners/episode_return_mean stay the verifier's. Named like "
+          "model_name_or_path: 'embedded_reward' (a classifier of the embedded model's correct "
+          "and wrong answers, shipped), a local checkpoint directory, or a hub id; loaded by the "
+          "reward workers only, in model_dtype, in eval mode. Logged under reward_model/: "
+          "model_score_mean, verifier_score_mean, reward_mean (combined) and time_s (the "
+          "workers' scoring, wall). A policy can exploit a reward model: its score rises while "
+          "verifier_score_mean falls (a 76%-accurate classifier took held-out accuracy from "
+          "32% to 4%, benchmarks/RESULTS.md, 'Reward models'). A worker that fails or returns "
+          "a non-finite score stops training with an error naming it, before the update. "
+          "None = off (the verifier's reward alone).", optional(text), "reward model"),
+    Field("reward_model_type", "classifier",
+          "'classifier': an AutoModelForSequenceClassification reads prompt + response and "
+          "scores it with its logit (1 label: a scalar reward model, as TRL, OpenRLHF and verl "
+          "read one) or p(label 1) (2 labels: incorrect, correct). 'judge' (ROLL's llm_judge): "
+          "an AutoModelForCausalLM reads reward_judge_template and scores p(yes) / (p(yes) + "
+          "p(no)) of its next token (reward_judge_tokens). Only with "
+          "reward_model_name_or_path.", one_of(("classifier", "judge")), "reward model"),
+    Field("reward_judge_template", "Question: {prompt}\nAnswer: {response}\n"
+          "Is the answer correct? Reply yes or no:",
+          "The judge's prompt (reward_model_type='judge'): a str.format template with "
+          "{prompt} (the problem's prompt text, decoded) and {response} (the response, decoded "
+          "without special tokens), read as is (no chat template). Only with a judge.",
+          text, "reward model"),
+    Field("reward_judge_tokens", [" yes", " no"],
+          "The judge's answer tokens [yes, no]: two strings, each exactly ONE token of the "
+          "judge's tokenizer (refused otherwise: check the judge's own spelling, e.g. ' yes' or "
+          "'Yes'). Only with a judge.",
+          lambda v: None if isinstance(v, (list, tuple)) and len(v) == 2 and all(
+              isinstance(t, str) and t for t in v) and v[0] != v[1]
+          else "must be two different non-empty strings [yes, no]", "reward model"),
+    Field("reward_weights", [1.0, 1.0],
+          "[verifier, reward model] weights of the reward (TRL GRPOConfig's reward_weights, "
+          "in the order verifier then model): reward = w[0] x verifier + w[1] x model score. "
+          "[0, 1] trains on the model's reward alone. Both >= 0, not both 0. Only with "
+          "reward_model_name_or_path.",
+          lambda v: None if isinstance(v, (list, tuple)) and len(v) == 2 and all(
+              _is_number(w) and w >= 0 for w in v) and any(w > 0 for w in v)
+          else "must be two numbers >= 0, not both 0: [verifier, reward model]",
+          "reward model"),
+    Field("num_reward_workers", 1,
+          "Ray actors serving the reward model (ROLL's reward workers; verl's reward model "
+          "worker group), each with its own copy; a batch's responses are split among them in "
+          "equal contiguous shares. Only with reward_model_name_or_path.", positive_int,
+          "reward model"),
+    Field("num_cpus_per_reward_worker", 1,
+          "CPUs Ray reserves for each reward worker (an actor's num_cpus). Only with "
+          "reward_model_name_or_path.", non_negative, "reward model"),
+    Field("num_gpus_per_reward_worker", 0,
+          "GPUs Ray reserves for each reward worker (an actor's num_gpus); the worker then "
+          "scores on its GPU. A cluster without the GPUs asked for is refused when the "
+          "algorithm is built. Only with reward_model_name_or_path.", non_negative,
+          "reward model"),
+    Field("reward_model_batch_size", 64,
+          "Responses per forward pass of a reward worker (verl's "
+          "reward_model.micro_batch_size_per_gpu): memory, not results. Only with "
+          "reward_model_name_or_path.", positive_int, "reward model"),
     # --- rewards and advantages -----------------------------------------------------------------
     Field("adv_estimator", "grpo",
           "Advantage estimator: gae (PPO with a critic: the critic_* and value_* settings), "
@@ -666,6 +731,7 @@ SECTIONS = {
     "variant parameters": "Per-variant parameters of the policy-gradient loss",
     "kl": "KL to the reference model",
     "distillation": "On-policy distillation from a teacher model",
+    "reward model": "Reward models and LLM judges",
     "advantage": "Rewards and advantages",
     "critic": "The critic (adv_estimator='gae'; with any other estimator these keep defaults)",
     "evaluation": "Evaluation on held-out problems",

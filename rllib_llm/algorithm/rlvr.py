@@ -37,6 +37,11 @@ from rllib_llm.algorithm.evaluation import (
 )
 from rllib_llm.algorithm.fields import check_field
 from rllib_llm.algorithm.placement_checks import samples_with_learner_model, shares_learner_model
+from rllib_llm.algorithm.reward_workers import (
+    REWARD_MODEL_RESULTS,
+    RewardWorkers,
+    merge_round_metrics,
+)
 from rllib_llm.exchange.devices import announce
 from rllib_llm.rollout.env_runner import SAMPLER_STATE
 from rllib_llm.rollout.evaluation import EvalShard
@@ -81,6 +86,13 @@ class RLVR(Algorithm):
             announce("the driver's env runner", runner.device,
                      "sampling with the learner's model"
                      if samples_with_learner_model(config) else "")
+        self._reward_workers = None
+        if config.reward_model_name_or_path is not None:
+            from rllib_llm.models import load_tokenizer
+
+            self._reward_workers = RewardWorkers(config,
+                                                 load_tokenizer(config.model_name_or_path))
+        self._reward_rounds: list[dict[str, float]] = []
         self._async = None
         if config.async_generation_ratio:
             self._async = AsyncSampler(
@@ -158,6 +170,11 @@ class RLVR(Algorithm):
             self._weight_broadcast.invalidate()
         return restored
 
+    def cleanup(self) -> None:
+        super().cleanup()
+        if getattr(self, "_reward_workers", None) is not None:
+            self._reward_workers.stop()
+
     # --- checkpoints ------------------------------------------------------------------------------
     def get_state(self, components=None, *, not_components=None, **kwargs):
         state = super().get_state(components, not_components=not_components, **kwargs)
@@ -189,12 +206,25 @@ class RLVR(Algorithm):
         """This iteration's batch: one round of sampling, or with `dynamic_sampling` as many as
         it takes to hold `rollout_batch_size` informative groups (dynamic_sampling.py)."""
         cfg = self.config
+        self._reward_rounds = []
         if not cfg.dynamic_sampling:
-            return self._sample(learner_version)
-        batch, metrics = fill_batch(lambda prompts: self._sample(learner_version, prompts),
-                                    cfg.rollout_batch_size, cfg.dynamic_sampling_max_rounds)
-        for name, value in metrics.items():
-            self.metrics.log_value((DYNAMIC_RESULTS, name), value, window=1)
+            batch = self._sample_rewarded(learner_version)
+        else:
+            batch, metrics = fill_batch(
+                lambda prompts: self._sample_rewarded(learner_version, prompts),
+                cfg.rollout_batch_size, cfg.dynamic_sampling_max_rounds)
+            for name, value in metrics.items():
+                self.metrics.log_value((DYNAMIC_RESULTS, name), value, window=1)
+        for name, value in merge_round_metrics(self._reward_rounds).items():
+            self.metrics.log_value((REWARD_MODEL_RESULTS, name), value, window=1)
+        return batch
+
+    def _sample_rewarded(self, learner_version: int, num_prompts: int | None = None) -> Batch:
+        """A round of `_sample`, its episodes' final rewards combined with the reward model's
+        scores when there is one (reward_workers.py): the reward every later step sees."""
+        batch = self._sample(learner_version, num_prompts)
+        if self._reward_workers is not None:
+            self._reward_rounds.append(self._reward_workers.apply(batch.episodes))
         return batch
 
     def _sample(self, learner_version: int, num_prompts: int | None = None) -> Batch:

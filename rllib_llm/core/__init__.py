@@ -85,6 +85,7 @@ from rllib_llm.core.policy_losses import (
     register_pg_variant,
 )
 from rllib_llm.core.registry import Registry
+from rllib_llm.core.reward_models import classifier_score, combine_rewards, judge_score
 from rllib_llm.core.reward_shaping import overlong_penalty
 from rllib_llm.core.rollout_correction import (
     ROLLOUT_IS_LEVELS,
@@ -141,6 +142,9 @@ __all__ = [
     "compute_advantages",
     "discounted_returns",
     "distillation_advantages",
+    "classifier_score",
+    "combine_rewards",
+    "judge_score",
     "explained_variance",
     "gae",
     "group_adv_estimator",

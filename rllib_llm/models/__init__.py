@@ -4,7 +4,10 @@
 (`scripts/pretrain_embedded.py`) and ships in `models/embedded/`; `"embedded_tool"` the same
 model taught tool-use transcripts, the start of "math_tool" runs (`models/embedded_tool/`);
 `"embedded_teacher"` the embedded model after RL (`scripts/train_teacher.py`), a teacher for
-on-policy distillation (`models/embedded_teacher/`).
+on-policy distillation (`models/embedded_teacher/`); `"embedded_reward"` a sequence classifier of
+the embedded architecture that tells the embedded model's correct answers from its wrong ones, a
+reward model for `reward_model_name_or_path` (`scripts/train_reward_model.py`,
+`models/embedded_reward/`).
 Any other name goes to Hugging Face's `Auto*.from_pretrained` (a local directory, or a hub id on
 a machine that can reach the hub). All go through the same code path, so the embedded
 checkpoints exercise exactly what a user's model does.
@@ -41,10 +44,13 @@ EMBEDDED_DIR = Path(__file__).parent / "embedded"
 EMBEDDED_TOOL = "embedded_tool"
 # "embedded" after RL (the demo's recipe): on-policy distillation's teacher for "embedded".
 EMBEDDED_TEACHER = "embedded_teacher"
+# A 2-label sequence classifier (incorrect, correct) of the embedded model's answers.
+EMBEDDED_REWARD = "embedded_reward"
 # Name -> shipped checkpoint directory, each built by a script in scripts/ (see its README).
 EMBEDDED_CHECKPOINTS = {EMBEDDED: EMBEDDED_DIR,
                         EMBEDDED_TOOL: Path(__file__).parent / "embedded_tool",
-                        EMBEDDED_TEACHER: Path(__file__).parent / "embedded_teacher"}
+                        EMBEDDED_TEACHER: Path(__file__).parent / "embedded_teacher",
+                        EMBEDDED_REWARD: Path(__file__).parent / "embedded_reward"}
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -71,6 +77,7 @@ __all__ = [
     "EMBEDDED",
     "EMBEDDED_CHECKPOINTS",
     "EMBEDDED_DIR",
+    "EMBEDDED_REWARD",
     "EMBEDDED_TEACHER",
     "EMBEDDED_TOOL",
     "encode_prompt",

@@ -101,7 +101,7 @@ def test_wheel_installs_outside_the_repo_and_trains(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for package in source_packages():
         assert f"{package}/__init__.py" in names, package
-    for checkpoint in ("embedded", "embedded_tool", "embedded_teacher"):
+    for checkpoint in ("embedded", "embedded_tool", "embedded_teacher", "embedded_reward"):
         shipped = {p.name for p in (REPO / "rllib_llm/models" / checkpoint).iterdir()}
         assert {n.rsplit("/", 1)[1] for n in names
                 if n.startswith(f"rllib_llm/models/{checkpoint}/")} == shipped, checkpoint
