@@ -26,12 +26,13 @@ ROWS = [(2, 1.0, False), (4, 0.0, False), (5, 1.0, False), (6, 0.0, True)]
 
 
 class NoModelModule(torch.nn.Module):
-    """The connector asks its module for a reference model, a critic, a device and, to recompute
-    old_logp, the learner's log-probs: here `learner_logp`, a stand-in whose values the tests
-    choose (the module's own scoring is tested in tests/learner/test_token_logp.py)."""
+    """The connector asks its module for a reference model, a critic, a teacher, a device and, to
+    recompute old_logp, the learner's log-probs: here `learner_logp`, a stand-in whose values the
+    tests choose (the module's own scoring is tested in tests/learner/test_token_logp.py)."""
 
     has_reference = False
     has_critic = False
+    has_teacher = False
 
     def __init__(self, learner_logp: torch.Tensor | None = None):
         super().__init__()
