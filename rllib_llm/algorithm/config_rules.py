@@ -16,8 +16,8 @@ from rllib_llm.algorithm.distillation_checks import check_distillation
 from rllib_llm.algorithm.fields import (
     ALIASES,
     FIELDS_BY_NAME,
-    changed_fields,
     non_negative_int,
+    refuse_changed,
     rule_broken,
 )
 from rllib_llm.algorithm.placement_checks import check_placement
@@ -161,12 +161,9 @@ def check_combinations(cfg) -> None:
 def check_lora(cfg) -> None:
     """LoRA settings need lora_rank, and peft installed."""
     if not cfg.lora_rank:
-        changed = changed_fields(cfg, ("lora_alpha", "lora_target_modules"))
-        if changed:
-            raise ValueError(
-                f"RLVRConfig: {', '.join(changed)} configure LoRA adapters, but lora_rank=0 "
-                "trains the full model, so they would do nothing. Set lora_rank > 0."
-            )
+        refuse_changed(cfg, ("lora_alpha", "lora_target_modules"),
+                       "configure LoRA adapters, but lora_rank=0 trains the full model, so they "
+                       "would do nothing. Set lora_rank > 0.")
         return
     if importlib.util.find_spec("peft") is None:
         raise ValueError(f"RLVRConfig.lora_rank={cfg.lora_rank} needs the peft library: "
@@ -200,13 +197,10 @@ def check_learners(cfg) -> None:
 def check_critic(cfg, needs_critic: bool) -> None:
     """Critic settings need an estimator that reads a critic, and must fit together."""
     if not needs_critic:
-        changed = changed_fields(cfg, CRITIC_FIELDS)
-        if changed:
-            raise ValueError(
-                f"RLVRConfig: {', '.join(changed)} configure the critic (or GAE), but "
-                f"adv_estimator={cfg.adv_estimator!r} uses no critic, so they would do "
-                "nothing. Set adv_estimator='gae', or leave them at their defaults."
-            )
+        refuse_changed(cfg, CRITIC_FIELDS,
+                       f"configure the critic (or GAE), but adv_estimator={cfg.adv_estimator!r} "
+                       "uses no critic, so they would do nothing. Set adv_estimator='gae', or "
+                       "leave them at their defaults.")
         return
     if cfg.critic_lr is not None:
         check_lr(cfg.critic_lr, "critic_lr")

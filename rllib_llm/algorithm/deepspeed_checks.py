@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib.util
 
 from rllib_llm import core
-from rllib_llm.algorithm.fields import changed_fields
+from rllib_llm.algorithm.fields import refuse_changed
 from rllib_llm.learner.deepspeed_config import owned_deepspeed_keys
 
 # Settings only a DeepSpeed learner reads.
@@ -18,13 +18,10 @@ def check_deepspeed_settings(cfg) -> None:
     """Raise ValueError when an RLVRConfig's DeepSpeed settings would be ignored (a torch
     learner), or ask for what the DeepSpeed learner does not (yet) do."""
     if cfg.learner_strategy != "deepspeed":
-        changed = changed_fields(cfg, DEEPSPEED_FIELDS)
-        if changed:
-            raise ValueError(
-                f"RLVRConfig: {', '.join(changed)} configure DeepSpeed's ZeRO, but "
-                f"learner_strategy={cfg.learner_strategy!r} would ignore them; set "
-                "learner_strategy='deepspeed' (and num_learners >= 1)."
-            )
+        refuse_changed(cfg, DEEPSPEED_FIELDS,
+                       f"configure DeepSpeed's ZeRO, but learner_strategy={cfg.learner_strategy!r}"
+                       " would ignore them; set learner_strategy='deepspeed' (and num_learners "
+                       ">= 1).")
         return
     if cfg.in_evaluation:
         return

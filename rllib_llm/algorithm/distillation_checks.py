@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 
 from rllib_llm import core
-from rllib_llm.algorithm.fields import changed_fields
+from rllib_llm.algorithm.fields import refuse_changed
 
 # Settings only distillation reads: without a teacher they must keep their defaults.
 DISTILLATION_FIELDS = ("distillation_coef", "verifier_advantage_coef")
@@ -18,12 +18,10 @@ def check_distillation(cfg) -> None:
     their documentation says."""
     teacher = cfg.teacher_model_name_or_path
     if teacher is None:
-        changed = changed_fields(cfg, DISTILLATION_FIELDS)
-        if changed:
-            raise ValueError(
-                f"RLVRConfig: {', '.join(changed)} weigh on-policy distillation's advantage, "
-                "but teacher_model_name_or_path=None distils from no teacher, so they would do "
-                "nothing. Set teacher_model_name_or_path, or leave them at their defaults.")
+        refuse_changed(cfg, DISTILLATION_FIELDS,
+                       "weigh on-policy distillation's advantage, but teacher_model_name_or_path="
+                       "None distils from no teacher, so they would do nothing. Set "
+                       "teacher_model_name_or_path, or leave them at their defaults.")
         return
     if cfg.in_evaluation:
         return

@@ -710,6 +710,14 @@ def changed_fields(config: Any, names: tuple[str, ...]) -> list[str]:
             if getattr(config, name) != FIELDS_BY_NAME[name].default]
 
 
+def refuse_changed(config: Any, names: tuple[str, ...], why: str) -> None:
+    """Raise ValueError "RLVRConfig: <name=value, ...> <why>" if any of `names` is not at its
+    default: the one form of "these settings would do nothing here"."""
+    changed = changed_fields(config, names)
+    if changed:
+        raise ValueError(f"RLVRConfig: {', '.join(changed)} {why}")
+
+
 def check_field(name: str, value: Any, *, in_evaluation: bool = False) -> None:
     """Raise ValueError naming the field, the value and the rule, if `value` breaks the rule."""
     why = rule_broken(name, value, in_evaluation=in_evaluation)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 
-from rllib_llm.algorithm.fields import changed_fields
+from rllib_llm.algorithm.fields import refuse_changed
 
 # Settings only a reward model reads: without one they must keep their defaults.
 REWARD_MODEL_FIELDS = ("reward_model_type", "reward_judge_template", "reward_judge_tokens",
@@ -21,12 +21,10 @@ def check_reward_model(cfg) -> None:
     documentation says."""
     name = cfg.reward_model_name_or_path
     if name is None:
-        changed = changed_fields(cfg, REWARD_MODEL_FIELDS)
-        if changed:
-            raise ValueError(
-                f"RLVRConfig: {', '.join(changed)} configure a reward model, but "
-                "reward_model_name_or_path=None scores with the verifier alone, so they would "
-                "do nothing. Set reward_model_name_or_path, or leave them at their defaults.")
+        refuse_changed(cfg, REWARD_MODEL_FIELDS,
+                       "configure a reward model, but reward_model_name_or_path=None scores with "
+                       "the verifier alone, so they would do nothing. Set "
+                       "reward_model_name_or_path, or leave them at their defaults.")
         return
     from rllib_llm.models import resolve_checkpoint
     from rllib_llm.models.reward_model import check_template, judge_token_ids
@@ -36,12 +34,10 @@ def check_reward_model(cfg) -> None:
     except ValueError as e:
         raise ValueError(f"RLVRConfig.reward_model_name_or_path: {e}") from e
     if cfg.reward_model_type != "judge":
-        changed = changed_fields(cfg, JUDGE_FIELDS)
-        if changed:
-            raise ValueError(
-                f"RLVRConfig: {', '.join(changed)} shape an LLM judge's prompt and answer, but "
-                f"reward_model_type={cfg.reward_model_type!r} reads no prompt template. Set "
-                "reward_model_type='judge', or leave them at their defaults.")
+        refuse_changed(cfg, JUDGE_FIELDS,
+                       "shape an LLM judge's prompt and answer, but reward_model_type="
+                       f"{cfg.reward_model_type!r} reads no prompt template. Set "
+                       "reward_model_type='judge', or leave them at their defaults.")
         return
     check_template(cfg.reward_judge_template)
     judge_token_ids(_tokenizer(name), cfg.reward_judge_tokens, repr(name))
