@@ -2,7 +2,8 @@
 with 1-4 batches generated ahead, against synchronous training, same samples and seeds.
 
     python benchmarks/async_staleness.py [--variants topr tis cispo vanilla --ratios 0 1 2 4
-                                          --seeds 0 1 --iters 100 --every 25]
+                                          --seeds 0 1 --iters 100 --every 25
+                                          --partial-splits 1 3]
     python benchmarks/async_staleness.py --table-from runs.jsonl --plot accuracy_vs_time.png
 
 Each run trains the embedded default (the demo's 64 prompts x 8 responses) with one remote env
@@ -15,7 +16,9 @@ k, the accuracy after `--iters` iterations (mean over seeds, and each seed), the
 training and the mean KL between each updated policy and the one that sampled its batch (the
 learner's approx_kl: the lag the ratio sees); writes every run as a JSON line (`--out`) and,
 with `--plot`, accuracy against training wall-clock of each variant, synchronous against
-asynchronous.
+asynchronous. `--partial-splits` adds partial rollouts (`partial_rollout_max_split` N, for k >= 1;
+1 = whole responses): the table then shows N, the mean staleness of the trained episodes and the
+share of responses whose tokens several weight versions sampled.
 """
 
 from __future__ import annotations
@@ -35,29 +38,35 @@ EVAL_PROBLEMS = 500
 EVAL_SEEDS = (0, 1)
 
 
-def train(variant: str, ratio: int, seed: int, iters: int, every: int, lr_scale: float):
+def train(variant: str, ratio: int, seed: int, iters: int, every: int, lr_scale: float,
+          split: int = 1):
     """(snapshots {iteration: state dict}, seconds of training by iteration, the mean KL of the
-    updated policy to the one that sampled: the lag the ratio sees)."""
+    updated policy to the one that sampled: the lag the ratio sees, the mean staleness and the
+    mean share of responses of several weight versions)."""
     from rllib_llm.recipes.embedded import EMBEDDED_TRAINING, embedded_config
 
     lr = [[t, v * lr_scale] for t, v in EMBEDDED_TRAINING["lr"]]
-    algo = (embedded_config(variant, seed=seed, async_generation_ratio=ratio, lr=lr)
+    algo = (embedded_config(variant, seed=seed, async_generation_ratio=ratio, lr=lr,
+                            partial_rollout_max_split=split)
             .env_runners(num_env_runners=1).build_algo())
     model = algo.learner_group._learner.module["default_policy"].model
 
     def weights():
         return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
-    snapshots, seconds, total, kls = {0: weights()}, {0: 0.0}, 0.0, []
+    snapshots, seconds, total, kls, lags, mixed = {0: weights()}, {0: 0.0}, 0.0, [], [], []
     for i in range(1, iters + 1):
         start = time.perf_counter()
         result = algo.train()
         total += time.perf_counter() - start
         kls.append(float(result["learners"]["default_policy"]["approx_kl"]))
+        lags.append(float(result["async_sampling"]["staleness_mean"]))
+        mixed.append(float(result["env_runners"].get("partial_mixed_version_fraction", 0.0)))
         if i % every == 0 or i == iters:
             snapshots[i], seconds[i] = weights(), total
     algo.stop()
-    return snapshots, seconds, statistics.fmean(kls)
+    return snapshots, seconds, statistics.fmean(kls), statistics.fmean(lags), \
+        statistics.fmean(mixed)
 
 
 def make_evaluator():
@@ -76,24 +85,33 @@ def held_out(evaluator, model, state_dict) -> float:
 
 
 def summary_table(runs: list[dict]) -> str:
+    partial = any(r.get("split", 1) > 1 for r in runs)
     lines = ["| pg_variant | async_generation_ratio | accuracy before | accuracy after "
-             "(mean) | per seed | gain vs synchronous | training s | KL to the sampler |",
-             "|---|---|---|---|---|---|---|---|"]
+             "(mean) | per seed | gain vs synchronous | training s | KL to the sampler |"
+             + (" partial_rollout_max_split | staleness | mixed-version responses |"
+                if partial else ""),
+             "|---|---|---|---|---|---|---|---|" + ("---|---|---|" if partial else "")]
     for variant in dict.fromkeys(r["variant"] for r in runs):
         mine = [r for r in runs if r["variant"] == variant]
-        by_ratio: dict[int, list[dict]] = {}
+        by_ratio: dict[tuple[int, int], list[dict]] = {}
         for r in mine:
-            by_ratio.setdefault(r["ratio"], []).append(r)
-        sync = statistics.fmean(r["accuracy"][-1] for r in by_ratio.get(0, mine))
-        for ratio, rs in sorted(by_ratio.items()):
+            by_ratio.setdefault((r["ratio"], r.get("split", 1)), []).append(r)
+        sync = statistics.fmean(r["accuracy"][-1] for r in by_ratio.get((0, 1), mine))
+        for (ratio, split), rs in sorted(by_ratio.items()):
             after = [r["accuracy"][-1] for r in rs]
             lines.append(
                 f"| {variant} | {ratio} | {statistics.fmean(r['accuracy'][0] for r in rs):.1%} "
                 f"| {statistics.fmean(after):.1%} | {', '.join(f'{a:.1%}' for a in after)} | "
                 f"{(statistics.fmean(after) - sync) * 100:+.1f} | "
                 f"{statistics.fmean(r['seconds'][-1] for r in rs):.0f} | "
-                f"{_kl(rs)} |")
+                f"{_kl(rs)} |" + (f" {split} | {_mean(rs, 'staleness', '.2f')} | "
+                                  f"{_mean(rs, 'mixed', '.0%')} |" if partial else ""))
     return "\n".join(lines)
+
+
+def _mean(runs: list[dict], key: str, spec: str) -> str:
+    values = [r[key] for r in runs if key in r]
+    return format(statistics.fmean(values), spec) if values else "n/a"
 
 
 def _kl(runs: list[dict]) -> str:
@@ -133,6 +151,8 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=["topr", "tis", "cispo", "vanilla"])
     parser.add_argument("--ratios", type=int, nargs="+", default=[0, 1, 2, 4])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--partial-splits", type=int, nargs="+", default=[1],
+                        help="partial_rollout_max_split values, each run at every k >= 1")
     parser.add_argument("--iters", type=int, default=100)
     parser.add_argument("--every", type=int, default=25)
     parser.add_argument("--lr-scale", type=float, default=1.0,
@@ -152,19 +172,21 @@ def main() -> None:
         evaluator, model = make_evaluator()
         runs = []
         for variant in args.variants:
-            for ratio in args.ratios:
+            for ratio, split in [(k, n) for k in args.ratios for n in args.partial_splits
+                                 if k or n == 1]:
                 for seed in args.seeds:
-                    snapshots, seconds, kl = train(variant, ratio, seed, args.iters,
-                                                   args.every, args.lr_scale)
-                    run = {"variant": variant, "ratio": ratio, "seed": seed,
-                           "lr_scale": args.lr_scale, "approx_kl": kl,
+                    snapshots, seconds, kl, lag, mixed = train(
+                        variant, ratio, seed, args.iters, args.every, args.lr_scale, split)
+                    run = {"variant": variant, "ratio": ratio, "split": split, "seed": seed,
+                           "lr_scale": args.lr_scale, "approx_kl": kl, "staleness": lag,
+                           "mixed": mixed,
                            "iterations": list(snapshots), "seconds": list(seconds.values()),
                            "accuracy": [held_out(evaluator, model, s)
                                         for s in snapshots.values()]}
                     runs.append(run)
                     with args.out.open("a") as f:
                         f.write(json.dumps(run) + "\n")
-                    print(f"{variant} k={ratio} seed={seed}: "
+                    print(f"{variant} k={ratio} N={split} seed={seed}: "
                           f"{run['accuracy'][0]:.3f} -> {run['accuracy'][-1]:.3f} in "
                           f"{run['seconds'][-1]:.0f} s", flush=True)
         evaluator.stop()

@@ -215,8 +215,13 @@ class RLVRConfig(AlgorithmConfig):
 
     @property
     def resolved_max_staleness(self) -> int:
-        """`max_staleness` with its None resolved: async_generation_ratio."""
-        return self.async_generation_ratio if self.max_staleness is None else self.max_staleness
+        """`max_staleness` with its None resolved: the lag the pipeline produces,
+        async_generation_ratio, plus with partial rollouts (N > 1) the N calls a group may take
+        from its start to being handed out (`rollout.partial_rollouts`)."""
+        if self.max_staleness is not None:
+            return self.max_staleness
+        split = self.partial_rollout_max_split
+        return self.async_generation_ratio + (split if split > 1 else 0)
 
     @property
     def critic_spec(self) -> dict[str, Any] | None:

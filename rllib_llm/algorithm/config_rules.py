@@ -142,6 +142,7 @@ def check_combinations(cfg) -> None:
     check_placement(cfg)  # (before the engine's check, which needs vLLM installed)
     check_rollout_engine(cfg)
     check_async(cfg)
+    check_partial_rollouts(cfg)
     if cfg.tis_lower_bound > cfg.tis_upper_bound:
         raise ValueError(
             f"RLVRConfig.tis_lower_bound={cfg.tis_lower_bound} exceeds tis_upper_bound="
@@ -477,6 +478,26 @@ def check_async(cfg) -> None:
             "pi_old / pi_behaviour correct the lag (decoupled PPO); or recompute_old_logp="
             "False (or None): the ratio then uses the sampler's log-probs."
         )
+
+
+def check_partial_rollouts(cfg) -> None:
+    """Partial rollouts continue responses across weight versions: asynchronous training only,
+    and at least one token per segment."""
+    split = cfg.partial_rollout_max_split
+    if split == 1:
+        return
+    if split > cfg.response_length:
+        raise ValueError(
+            f"RLVRConfig.partial_rollout_max_split={split} is over response_length="
+            f"{cfg.response_length}: a segment is at least one token; use at most "
+            f"{cfg.response_length}.")
+    if not cfg.async_generation_ratio and not cfg.in_evaluation:
+        raise ValueError(
+            f"RLVRConfig.partial_rollout_max_split={split} needs asynchronous training "
+            "(async_generation_ratio >= 1, as OpenRLHF's partial_rollout needs async_train): "
+            "a continued response holds tokens of older weights, and only the asynchronous "
+            "pipeline trains on the sampler's log-probs and bounds their lag (max_staleness). "
+            "Set async_generation_ratio=1, or partial_rollout_max_split=1.")
 
 
 def _finite(v: Any) -> bool:

@@ -307,9 +307,23 @@ FIELDS: tuple[Field, ...] = (
           "learner when it is trained on (its staleness: the learner's updates so far minus the "
           "version that sampled it). Older episodes are dropped, by prompt group, and their "
           "prompts' share sampled again (counted: async_sampling/num_dropped_episodes). None = "
-          "async_generation_ratio, the lag the pipeline itself produces; smaller values are "
+          "async_generation_ratio (+ partial_rollout_max_split when over 1), the lag the "
+          "pipeline itself produces; values below async_generation_ratio are "
           "rejected (every batch would be dropped). Larger ones tolerate runners that fall "
           "behind (a failed weight push).", optional(non_negative_int), "off-policy"),
+    Field("partial_rollout_max_split", 1,
+          "Partial rollouts (verl's, OpenRLHF's and slime's partial_rollout; MindSpeed-RL's "
+          "name): N >= 2 generates each response in segments of at most ceil(response_length / "
+          "N) tokens, and a runner's sample() call ends once it holds its prompt groups; "
+          "responses not yet ended wait in the runner and go on in its next call, under the "
+          "weights it holds then, each token keeping the version and log-prob of the weights "
+          "that sampled it (an episode's staleness is its oldest token's). The long tail of "
+          "response lengths then no longer holds up a batch. 1 = off: whole responses. Needs "
+          "async_generation_ratio >= 1 (the batch is off-policy; its old_logp are the "
+          "sampler's) and a single-turn environment; at most response_length. A call's "
+          "generation batch stays full: groups finished beyond its share wait for the next "
+          "call, so max_staleness None allows async_generation_ratio + N versions.",
+          positive_int, "off-policy"),
     Field("num_torch_threads", 1,
           "torch threads in each learner and env-runner process, the driver included when "
           "they run there (None = torch's default, one per core). Measured on 2 cores: one "

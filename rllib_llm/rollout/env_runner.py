@@ -10,6 +10,9 @@ the weight version that produced it.
 Multi-turn envs (`env.multi_turn`, e.g. "math_tool") go turn by turn instead
 (`rollout.multi_turn`): generate until each env needs input, step all envs at once from a
 thread pool (tool calls run concurrently), continue, with one env per running episode.
+
+With partial rollouts (`partial_rollout_max_split` > 1, `rollout.partial_rollouts`) responses are
+generated in segments, and those unfinished when a call holds its groups go on in the next call.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from rllib_llm.rollout.multi_turn import (
     run_multi_turn,
     to_single_agent_episode,
 )
+from rllib_llm.rollout.partial_rollouts import InFlight
 from rllib_llm.rollout.replay import replay_response
 
 # Metric names (under env_runners/ in the results).
@@ -77,13 +81,21 @@ TOOL_TIMEOUT_FRACTION = "tool_timeout_fraction"  # timed-out tool calls / tool c
 ENV_TOKEN_FRACTION = "env_token_fraction"  # env tokens / all tokens after the prompts
 CONTEXT_TRUNCATED_FRACTION = "context_truncated_fraction"  # episodes the budget ended
 TURN_LIMIT_FRACTION = "turn_limit_fraction"  # episodes max_turns ended
+# Partial rollouts only: groups left unfinished in flight for the next call, and finished waiting
+# for it, generation rounds of the call, and the share of the call's responses whose tokens more
+# than one weight version sampled.
+PARTIAL_GROUPS_IN_FLIGHT = "partial_groups_in_flight"
+PARTIAL_GROUPS_FINISHED = "partial_groups_finished_waiting"
+PARTIAL_ROUNDS = "partial_rounds"
+PARTIAL_MIXED_FRACTION = "partial_mixed_version_fraction"
 
 
 class RLVREnvRunner(EnvRunner, Checkpointable):
     """An EnvRunner for token-level LLM environments, single- and multi-turn.
 
     `sample()` returns complete episodes only: a response is generated to its end before the
-    episode is built, so there are never partial episodes to carry across calls.
+    episode is built. With partial rollouts the responses not yet ended wait in the runner (not
+    as episodes) for its next call.
     """
 
     def __init__(self, *, config, **kwargs):
@@ -103,6 +115,21 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         self._episode_envs: dict[int, list[Any]] = {}  # multi-turn: id(env) -> one env per
         # running episode, spawned from env (the training env's, the held-out env's)
         self._executor: ThreadPoolExecutor | None = None  # multi-turn: steps envs at once
+        self._in_flight = self._partial_rollouts()
+
+    def _partial_rollouts(self) -> InFlight | None:
+        """The groups in flight between calls with partial rollouts; None without them."""
+        split = self.config.partial_rollout_max_split
+        if split == 1:
+            return None
+        if getattr(self.env, "multi_turn", False):
+            self.env.close()  # (its tools' and verifier's processes)
+            raise ValueError(
+                f"RLVRConfig.partial_rollout_max_split={split} with the multi-turn environment "
+                f"{self.config.env!r}: partial rollouts continue single responses, not "
+                "turns between tool calls; set partial_rollout_max_split=1.")
+        return InFlight(split, self.config.response_length,
+                        self.config.num_return_sequences_in_group)
 
     @property
     def engine(self):
@@ -262,6 +289,8 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
             self._last_sample_end = time.perf_counter()
 
     def _sample(self, num_prompts: int) -> list[SingleAgentEpisode]:
+        if self._in_flight is not None:
+            return self._sample_partial(num_prompts)
         n = self.config.num_return_sequences_in_group
         prompts = [self.env.reset() for _ in range(num_prompts)]  # (obs, info) per prompt
         if getattr(self.env, "multi_turn", False):
@@ -275,6 +304,35 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         t2 = time.perf_counter()
         self._log_sample_metrics(episodes, t1 - t0, t2 - t1)
         return episodes
+
+    def _sample_partial(self, num_prompts: int) -> list[SingleAgentEpisode]:
+        """`num_prompts` finished groups, continuing those in flight first (partial rollouts)."""
+        t0 = time.perf_counter()
+        groups = self._in_flight.sample_groups(num_prompts, self._start_group, self.engine,
+                                               self._sampling())
+        t1 = time.perf_counter()
+        flat = [(g.prompt_index, r) for g in groups for r in g.responses]
+        verdicts = self.env.verify_responses([i for i, _ in flat],
+                                             [r.token_ids for _, r in flat])
+        episodes = [replay_response(self.env, i, r.response(), group_id=g.group_id,
+                                    weight_version=np.asarray(r.versions, dtype=np.int64),
+                                    verification=verdict)
+                    for (i, r), g, verdict in zip(
+                        flat, [g for g in groups for _ in g.responses], verdicts, strict=True)]
+        self._log_sample_metrics(episodes, t1 - t0, time.perf_counter() - t1)
+        m = self.metrics
+        m.log_value(PARTIAL_GROUPS_IN_FLIGHT, len(self._in_flight.groups), window=1)
+        m.log_value(PARTIAL_GROUPS_FINISHED, len(self._in_flight.finished), window=1)
+        m.log_value(PARTIAL_ROUNDS, self._in_flight.rounds, window=1)
+        m.log_value(PARTIAL_MIXED_FRACTION, float(np.mean(
+            [len(set(r.versions)) > 1 for _, r in flat])), window=1)
+        return episodes
+
+    def _start_group(self) -> tuple[int, list[int], str]:
+        """The next prompt of the env, for a new group: (prompt index, prompt ids, group id)."""
+        _, info = self.env.reset()
+        return info[PROMPT_INDEX], list(info[PROMPT_IDS]), \
+            f"{self.worker_index or 0}-{next(self._counter)}"
 
     def _sample_multi_turn(self, prompt_indices: list[int], n: int) -> list[SingleAgentEpisode]:
         """Episodes of a multi-turn env, turn by turn (`rollout.multi_turn`); generation and
@@ -475,13 +533,18 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         of sample calls (the sampler's seeds) and of groups (their ids)."""
         groups = next(self._counter)
         self._counter = itertools.count(groups)  # reading a count advances it: put it back
-        return {"data_order": self.env.order_state(), "sample_calls": self._sample_calls,
-                "groups": groups}
+        state = {"data_order": self.env.order_state(), "sample_calls": self._sample_calls,
+                 "groups": groups}
+        if self._in_flight is not None:  # the responses partial rollouts continue next call
+            state["in_flight"] = self._in_flight.get_state()
+        return state
 
     def _set_sampler_state(self, state: dict[str, Any]) -> None:
         self.env.set_order_state(state["data_order"])
         self._sample_calls = state["sample_calls"]
         self._counter = itertools.count(state["groups"])
+        if self._in_flight is not None:
+            self._in_flight.set_state(state.get("in_flight", {"in_flight": [], "finished": []}))
 
     def get_ctor_args_and_kwargs(self):
         return (), {"config": self.config}

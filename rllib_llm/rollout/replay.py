@@ -20,7 +20,8 @@ from rllib_llm.rollout.engine import Response
 
 
 def replay_response(env: Any, prompt_index: int, response: Response, *, group_id: str,
-                    weight_version: int, verification: Any = None) -> SingleAgentEpisode:
+                    weight_version: int | np.ndarray,
+                    verification: Any = None) -> SingleAgentEpisode:
     """Step `env` through `response` (k tokens) from problem `prompt_index`; the finished episode.
 
     Args:
@@ -29,7 +30,8 @@ def replay_response(env: Any, prompt_index: int, response: Response, *, group_id
         response: the engine's tokens and behaviour log-probs; the env rejects tokens past the
             episode's end (ValueError).
         group_id: shared by the responses to one prompt (written to the reset info).
-        weight_version: the version of the weights that sampled the response.
+        weight_version: the version of the weights that sampled the response, or (k,) one per
+            token (a partial rollout's response may span several).
         verification: the verdict precomputed by `env.verify_responses`, or None to verify here.
 
     Returns:
@@ -48,7 +50,8 @@ def replay_response(env: Any, prompt_index: int, response: Response, *, group_id
         truncated=bool(result.truncateds[-1]),
         extra_model_outputs={
             ACTION_LOGP: np.asarray(response.logprobs, dtype=np.float32),
-            WEIGHT_VERSION: np.full(k, weight_version, dtype=np.int64),
+            WEIGHT_VERSION: np.broadcast_to(np.asarray(weight_version, dtype=np.int64),
+                                            (k,)).copy(),
         },
         observation_space=env.observation_space,
         action_space=env.action_space,

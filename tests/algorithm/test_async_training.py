@@ -71,6 +71,11 @@ def async_config(**training) -> RLVRConfig:
     (lambda c: c.training(async_generation_ratio=-1), "async_generation_ratio=-1 is invalid"),
     (lambda c: c.training(async_generation_ratio=0.5), "must be an integer >= 0"),
     (lambda c: c.training(max_staleness=-1), "max_staleness=-1 is invalid"),
+    (lambda c: c.training(async_generation_ratio=0, partial_rollout_max_split=2),
+     "partial_rollout_max_split=2 needs asynchronous training"),
+    (lambda c: c.training(partial_rollout_max_split=7, response_length=6),
+     "partial_rollout_max_split=7 is over response_length=6"),
+    (lambda c: c.training(partial_rollout_max_split=0), "partial_rollout_max_split=0 is invalid"),
 ])
 def test_settings_that_cannot_run_asynchronously_are_rejected(change, message):
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -87,6 +92,9 @@ def test_old_logp_are_the_samplers_in_asynchronous_training_unless_told_otherwis
     assert decoupled.recomputes_old_logp
     assert async_config().resolved_max_staleness == 1
     assert async_config(max_staleness=3).resolved_max_staleness == 3
+    # Partial rollouts: a group is handed out at most N calls after it started.
+    assert async_config(partial_rollout_max_split=3).resolved_max_staleness == 4
+    assert async_config(partial_rollout_max_split=3, max_staleness=1).resolved_max_staleness == 1
 
 
 def test_no_weight_push_waits_behind_the_generation_in_flight_long_enough_to_be_dropped():
@@ -99,17 +107,21 @@ def test_no_weight_push_waits_behind_the_generation_in_flight_long_enough_to_be_
 
 # --- training --------------------------------------------------------------------------------
 class Recorder:
-    """Wraps the local learner's update: the learner's version and the episodes of each update,
-    and the batch every loss was computed on."""
+    """Wraps the local learner's update: the learner's version, weights and the episodes of each
+    update, and the batch every loss was computed on."""
 
     def __init__(self, algo):
         self.learner = algo.learner_group._learner
         self.updates: list[tuple[int, list[SingleAgentEpisode]]] = []
         self.loss_batches: list[dict[str, torch.Tensor]] = []
+        self.weights: dict[int, dict[str, torch.Tensor]] = {}  # version -> the policy's weights
         update, loss = self.learner.update, self.learner.compute_loss_for_module
+        model = self.learner.module["default_policy"].model
 
         def recording_update(*args, training_data, **kwargs):
-            self.updates.append((self.learner.weights_version(), list(training_data.episodes)))
+            version = self.learner.weights_version()
+            self.weights[version] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            self.updates.append((version, list(training_data.episodes)))
             return update(*args, training_data=training_data, **kwargs)
 
         def recording_loss(*, module_id, config, batch, fwd_out):
@@ -195,6 +207,45 @@ def test_the_ratios_old_logp_are_the_log_probs_of_the_weights_that_sampled(tmp_p
     v0, v1 = teacher_forced(tmp_path / "v0"), teacher_forced(tmp_path / "v1")
     assert torch.allclose(v0[mask], sampler[mask], atol=1e-5)  # ... of the weights that sampled
     assert (v1[mask] - sampler[mask]).abs().max() > 1e-3  # not the learner's at update time
+
+
+@pytestmark_ray
+def test_partial_rollouts_go_on_under_new_weights_each_token_keeping_its_own(tmp_path):
+    """partial_rollout_max_split=4: one token per segment, so responses go on across calls and
+    weight versions. Each token the learner trains on carries the log-prob of the weights its
+    version names (teacher-forced), responses of two versions are among them, and no batch lags
+    more than k + N."""
+    from rllib_llm.learner.packing import episode_tokens
+
+    algo = embedded_config("topr", seed=0, **SMALL, async_generation_ratio=1,
+                           partial_rollout_max_split=4).env_runners(num_env_runners=1).build_algo()
+    recorder = Recorder(algo)
+    results = [algo.train() for _ in range(5)]
+    model = algo.learner_group._learner.module["default_policy"].model
+    algo.stop()
+    assert all(len(lags) == 16 and max(lags) <= 1 + 4 for lags in recorder.lags())
+    assert max(max(lags) for lags in recorder.lags()) > 1  # continued responses lag more than k
+    assert sum(r["async_sampling"]["num_dropped_episodes"] for r in results) == 0
+    assert max(r["env_runners"]["partial_mixed_version_fraction"] for r in results) > 0
+    mixed = 0
+    for _, episodes in recorder.updates:
+        for e in episodes:
+            item = episode_tokens(e)
+            versions = e.get_extra_model_outputs(WEIGHT_VERSION)
+            mixed += len(set(versions.tolist())) > 1
+            prompt, response = (torch.as_tensor(item.prompt_ids), torch.as_tensor(item.response_ids))
+            ids = torch.cat([prompt, response])[None]
+            for version in set(versions.tolist()):
+                with torch.no_grad():
+                    model.load_state_dict(recorder.weights[version])
+                    logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1]
+                logp = torch.log_softmax(logits.float(), -1).gather(
+                    -1, response[:, None])[:, 0]
+                at = torch.as_tensor(versions == version)
+                torch.testing.assert_close(
+                    logp[at], torch.as_tensor(e.get_extra_model_outputs(ACTION_LOGP))[at],
+                    atol=1e-5, rtol=0)
+    assert mixed > 0
 
 
 @pytestmark_ray
