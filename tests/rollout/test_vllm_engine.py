@@ -8,6 +8,7 @@ check the config's error when vLLM is missing.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 
 import numpy as np
@@ -237,6 +238,31 @@ def test_top_p_logprobs_are_renormalised_over_the_nucleus(engine, hf_model):
         for p, group in zip(PROMPTS, out, strict=True) for r in group
     ])
     assert gaps.min() > -1e-4 and gaps.mean() > 0.1
+
+
+@pytest.mark.vllm
+def test_partial_rollouts_continue_vllm_responses_from_their_tokens_so_far(engine, hf_model):
+    """Partial rollouts through vLLM: greedy segments of 3 tokens add up to the whole greedy
+    responses, and sampled segments' log-probs are the model's on the whole sequence."""
+    from rllib_llm.rollout.partial_rollouts import InFlight
+
+    counter = itertools.count()
+
+    def start():  # a GroupStarter over PROMPTS
+        i = next(counter)
+        return i % len(PROMPTS), PROMPTS[i % len(PROMPTS)], f"g{i}"
+
+    greedy = SamplingParams(temperature=0, max_tokens=12)
+    groups = InFlight(4, 12, 2).sample_groups(3, start, engine, greedy)
+    whole = engine.generate([PROMPTS[g.prompt_index] for g in groups], 2, greedy)
+    assert [[r.token_ids for r in g.responses] for g in groups] == \
+        [[r.token_ids for r in rs] for rs in whole]
+    sampled = InFlight(4, 12, 2).sample_groups(3, start, engine,
+                                               SamplingParams(max_tokens=12, seed=5))
+    for g in sampled:
+        for r in g.responses:
+            expected = teacher_forced_logprobs(hf_model, PROMPTS[g.prompt_index], r.token_ids, 1)
+            assert (torch.tensor(r.logprobs) - expected).abs().max() < 1e-4
 
 
 @pytest.mark.vllm
