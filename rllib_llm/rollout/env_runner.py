@@ -33,7 +33,6 @@ from ray.rllib.utils.checkpoints import Checkpointable
 from ray.rllib.utils.framework import get_device
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_NO
 
-from rllib_llm.envs.token_mdp import is_correct
 from rllib_llm.exchange.columns import PROMPT_IDS, PROMPT_INDEX
 from rllib_llm.exchange.devices import IS_GPU, announce, is_gpu, module_device, require_visible_gpu
 from rllib_llm.exchange.threads import set_torch_threads
@@ -51,44 +50,17 @@ from rllib_llm.rollout.multi_turn import (
 )
 from rllib_llm.rollout.partial_rollouts import InFlight
 from rllib_llm.rollout.replay import replay_response
+from rllib_llm.rollout.sample_metrics import (
+    IDLE_S,
+    NUM_DROPPED_PROMPTS,
+    WEIGHT_LOAD_S,
+    log_partial_metrics,
+    log_sample_metrics,
+    log_turn_metrics,
+)
 
-# Metric names (under env_runners/ in the results).
-EPISODE_RETURN_MEAN = "episode_return_mean"
-ACCURACY = "accuracy"
-RESPONSE_LENGTH_MEAN = "response_length_mean"
-TRUNCATED_FRACTION = "truncated_fraction"
-GENERATE_S = "time_generate_s"
-VERIFY_S = "time_verify_s"
-GENERATE_TOKENS_PER_S = "generate_tokens_per_s"
-WEIGHT_VERSION_METRIC = "weight_version"
-NUM_DROPPED_PROMPTS = "num_dropped_prompts"
 # This runner's part of a checkpoint that RLlib's EnvRunner state leaves out.
 SAMPLER_STATE = "rlvr_sampler"
-# Seconds the last weight sync took inside this runner (loading a state dict from the object
-# store, or receiving a broadcast). RLlib's object-store sync does not wait for it, so the
-# driver's weight_sync timer leaves it out; it then delays the next sample instead.
-WEIGHT_LOAD_S = "time_weight_load_s"
-# Seconds from the end of this runner's previous sample() to the start of this one: waiting for
-# the learner (synchronous training), receiving weights, evaluating; asynchronous training keeps
-# it to the weight loads. 0 for a runner's first sample. The mean over the runners' sample calls
-# of the iteration.
-IDLE_S = "time_idle_s"
-# Multi-turn envs only: means over the batch's episodes (see `_log_turn_metrics`).
-TURNS_MEAN = "turns_mean"
-TOOL_CALLS_MEAN = "tool_calls_mean"
-TOOL_ERROR_FRACTION = "tool_error_fraction"  # failed tool calls / tool calls
-TOOL_TIMEOUT_FRACTION = "tool_timeout_fraction"  # timed-out tool calls / tool calls
-ENV_TOKEN_FRACTION = "env_token_fraction"  # env tokens / all tokens after the prompts
-CONTEXT_TRUNCATED_FRACTION = "context_truncated_fraction"  # episodes the budget ended
-TURN_LIMIT_FRACTION = "turn_limit_fraction"  # episodes max_turns ended
-# Partial rollouts only: groups left unfinished in flight for the next call, and finished waiting
-# for it, generation rounds of the call, and the share of the call's responses whose tokens more
-# than one weight version sampled.
-PARTIAL_GROUPS_IN_FLIGHT = "partial_groups_in_flight"
-PARTIAL_GROUPS_FINISHED = "partial_groups_finished_waiting"
-PARTIAL_ROUNDS = "partial_rounds"
-PARTIAL_MIXED_FRACTION = "partial_mixed_version_fraction"
-
 
 class RLVREnvRunner(EnvRunner, Checkpointable):
     """An EnvRunner for token-level LLM environments, single- and multi-turn.
@@ -320,12 +292,7 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
                     for (i, r), g, verdict in zip(
                         flat, [g for g in groups for _ in g.responses], verdicts, strict=True)]
         self._log_sample_metrics(episodes, t1 - t0, time.perf_counter() - t1)
-        m = self.metrics
-        m.log_value(PARTIAL_GROUPS_IN_FLIGHT, len(self._in_flight.groups), window=1)
-        m.log_value(PARTIAL_GROUPS_FINISHED, len(self._in_flight.finished), window=1)
-        m.log_value(PARTIAL_ROUNDS, self._in_flight.rounds, window=1)
-        m.log_value(PARTIAL_MIXED_FRACTION, float(np.mean(
-            [len(set(r.versions)) > 1 for _, r in flat])), window=1)
+        log_partial_metrics(self.metrics, self._in_flight, [r for _, r in flat])
         return episodes
 
     def _start_group(self) -> tuple[int, list[int], str]:
@@ -348,7 +315,7 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
             episodes += [to_single_agent_episode(e, group_id=group_id, weight_version=version)
                          for e in finished[g * n:(g + 1) * n]]
         self._log_sample_metrics(episodes, time.perf_counter() - t0, 0.0)
-        self._log_turn_metrics(episodes)
+        log_turn_metrics(self.metrics, episodes)
         return episodes
 
     def envs_for(self, env, count: int) -> list[Any]:
@@ -364,24 +331,6 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         if self._executor is None:
             self._executor = ThreadPoolExecutor(MAX_TOOL_THREADS, thread_name_prefix="env-step")
         return self._executor
-
-    def _log_turn_metrics(self, episodes: list[SingleAgentEpisode]) -> None:
-        finals = [e.get_infos(-1) for e in episodes]
-        calls = sum(f.get("tool_calls", 0) for f in finals)
-        env_tokens = sum(f.get("num_env_tokens", 0) for f in finals)
-        m = self.metrics
-        m.log_value(TURNS_MEAN, float(np.mean([f.get("turns", 1) for f in finals])), window=1)
-        m.log_value(TOOL_CALLS_MEAN, calls / len(finals), window=1)
-        m.log_value(TOOL_ERROR_FRACTION,
-                    sum(f.get("tool_errors", 0) for f in finals) / max(calls, 1), window=1)
-        m.log_value(TOOL_TIMEOUT_FRACTION,
-                    sum(f.get("tool_timeouts", 0) for f in finals) / max(calls, 1), window=1)
-        m.log_value(ENV_TOKEN_FRACTION,
-                    env_tokens / max(env_tokens + sum(len(e) for e in episodes), 1), window=1)
-        m.log_value(CONTEXT_TRUNCATED_FRACTION,
-                    float(np.mean([bool(f.get("context_truncated")) for f in finals])), window=1)
-        m.log_value(TURN_LIMIT_FRACTION,
-                    float(np.mean([bool(f.get("turn_limit")) for f in finals])), window=1)
 
     def _episodes(self, env, prompt_indices: list[int], responses) -> list[SingleAgentEpisode]:
         """One finished episode per response; a group's responses share a group id.
@@ -408,25 +357,9 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         return episodes
 
     def _log_sample_metrics(self, episodes, generate_s: float, verify_s: float) -> None:
-        lengths = [len(e) for e in episodes]
-        returns = [float(e.get_return()) for e in episodes]
-        correct = [_is_correct(e) for e in episodes]
-        steps = sum(lengths)
-        self.num_env_steps_sampled_lifetime += steps
-        m = self.metrics
-        m.log_value(EPISODE_RETURN_MEAN, float(np.mean(returns)), window=1)
-        m.log_value(ACCURACY, float(np.mean(correct)), window=1)
-        m.log_value(RESPONSE_LENGTH_MEAN, float(np.mean(lengths)), window=1)
-        m.log_value(TRUNCATED_FRACTION, float(np.mean([e.is_truncated for e in episodes])),
-                    window=1)
-        m.log_value(GENERATE_S, generate_s, window=1)
-        m.log_value(VERIFY_S, verify_s, window=1)
-        m.log_value(GENERATE_TOKENS_PER_S, steps / max(generate_s, 1e-9), window=1)
-        m.log_value(WEIGHT_VERSION_METRIC, self.engine.weight_version, window=1)
-        m.log_value(NUM_ENV_STEPS_SAMPLED_LIFETIME, steps, reduce="lifetime_sum")
-        for name, count in self.env.verifier_metrics().items():
-            # Cumulative counters of this runner's env (timeouts, errors, ...).
-            m.log_value(f"verifier_{name}", count, reduce="max", window=1)
+        self.num_env_steps_sampled_lifetime += log_sample_metrics(
+            self.metrics, episodes, generate_s, verify_s, self.engine.weight_version,
+            self.env.verifier_metrics())
 
     # --- evaluation -----------------------------------------------------------------------------
     def evaluate(self, *, config, shard: int = 0, num_shards: int = 1, seed: int = 0) -> EvalShard:
@@ -566,7 +499,3 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         except Exception:  # interpreter shutdown: the env's pool may already be gone
             pass
 
-
-def _is_correct(episode: SingleAgentEpisode) -> bool:
-    """Whether the finished episode's response is correct (`token_mdp.is_correct`)."""
-    return is_correct(episode.get_infos(-1), float(episode.get_return()))
