@@ -10,6 +10,12 @@ The split is by unordered operand pair: `a+b=` and `b+a=` (same answer), and lik
 operands swapped (splitting problem by problem put 307 of the 500 default test problems' twins in
 training). Subtraction is not commutative: each `a-b=` is a group of its own.
 
+`prompt_style` picks how a problem is written, not which problems there are (the split is the
+same for every style): "terse" (`12+7=`, the default, for the character-level embedded model),
+"symbols" (`What is 12 + 7? Answer with the number only.`) and "words" (`What is 12 plus 7?
+Answer with the number only.`) for a chat model, which answers a question, not a dangling `=`
+(SmolLM2-135M-Instruct's base rates on them: benchmarks/RESULTS.md).
+
 Multiplication (`ops="*"`) is the tool task: two-digit products are beyond the tiny model's
 arithmetic, so it gets them right by calling the `python` tool of "math_tool" (the
 `embedded_tool` checkpoint is taught that, `rllib_llm.models.tool_transcripts`).
@@ -22,6 +28,9 @@ from functools import lru_cache
 
 SPLITS = ("train", "test")
 OPS = "+-*"
+PROMPT_STYLES = ("terse", "symbols", "words")
+_OP_WORDS = {"+": "plus", "-": "minus", "*": "times"}
+_ANSWER_ONLY = "Answer with the number only."
 
 
 Problem = tuple[str, str]  # (prompt, answer)
@@ -87,6 +96,7 @@ def arithmetic_problems(
     max_operand: int = 99,
     ops: str = "+-",
     test_size: int = 500,
+    prompt_style: str = "terse",
 ) -> list[dict[str, str]]:
     """Return the problems of one split as `[{"prompt": "a+b=", "answer": "c"}, ...]`.
 
@@ -97,6 +107,8 @@ def arithmetic_problems(
         max_operand: operands range over 0..max_operand.
         ops: which of "+", "-" and "*" to use (subtraction keeps a >= b).
         test_size: number of held-out problems.
+        prompt_style: "terse" (`a+b=`), "symbols" or "words" (a question for a chat model;
+            module docstring); the same problems in every style.
     """
     if split not in SPLITS:
         raise ValueError(f"split={split!r} is not one of {SPLITS}")
@@ -107,6 +119,18 @@ def arithmetic_problems(
     total = sum(len(group) for group in _groups(max_operand, ops))
     if not 0 < test_size < total:
         raise ValueError(f"test_size={test_size} must be in (0, {total})")
+    if prompt_style not in PROMPT_STYLES:
+        raise ValueError(f"prompt_style={prompt_style!r} is not one of {PROMPT_STYLES}")
     train, test = _split(seed, max_operand, ops, test_size)
     chosen = test if split == "test" else train
-    return [{"prompt": p, "answer": a} for p, a in chosen]
+    return [{"prompt": _render(p, prompt_style), "answer": a} for p, a in chosen]
+
+
+def _render(terse: str, style: str) -> str:
+    """`12+7=` written in `style`: the split is made once, on the terse problems."""
+    if style == "terse":
+        return terse
+    op = next(c for c in OPS if c in terse)
+    a, b = terse.rstrip("=").split(op)
+    shown = op if style == "symbols" else _OP_WORDS[op]
+    return f"What is {a} {shown} {b}? {_ANSWER_ONLY}"

@@ -1,8 +1,12 @@
-"""Load math problems as `[{"prompt": str, "answer": str}, ...]` from one of three sources.
+"""Load math problems as `[{"prompt": str, "answer": str}, ...]` from a generator or a file.
 
 - `"arithmetic"`: the built-in generator (`arithmetic.arithmetic_problems`; keyword arguments
-  `seed`, `max_operand`, `ops`, `test_size`). Its records already use "prompt"/"answer", so
-  `prompt_key`/`answer_key` do not apply.
+  `seed`, `max_operand`, `ops`, `test_size`, `prompt_style`: "terse" `12+7=`, or "symbols" /
+  "words", a question for a chat model). Its records already use "prompt"/"answer", so
+  `prompt_key`/`answer_key` do not apply (nor to the other generators below).
+- `"compare"` (largest/smallest of a few numbers; `seed`, `size`, `max_number`, `test_size`) and
+  `"word_problems"` (two-step stories; `seed`, `test_size`): generated questions for a small chat
+  model (`word_tasks.py`), split by what a problem asks, not how it is written.
 - `"gsm_symbolic"`: GSM8K-style word problems shipped with rllib_llm (`gsm_symbolic.py`; keyword
   arguments `test_templates`, `seed`), split by template; "prompt"/"answer" records too.
 - A path ending in `.jsonl` (one JSON object per line), `.json` (a list of objects) or `.parquet`:
@@ -30,6 +34,7 @@ from typing import Any
 
 from rllib_llm.envs.arithmetic import arithmetic_problems
 from rllib_llm.envs.gsm_symbolic import GSM_SYMBOLIC, gsm_symbolic_problems
+from rllib_llm.envs.word_tasks import COMPARE, WORD_PROBLEMS, compare_problems, word_problems
 
 ARITHMETIC = "arithmetic"
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
@@ -47,8 +52,9 @@ def load_problems(
     """Return the problems of `dataset` as `[{"prompt": str, "answer": str}, ...]`.
 
     Args:
-        dataset: "arithmetic", a local .jsonl/.json/.parquet file, or a Hugging Face dataset name
-            or directory (see the module docstring).
+        dataset: "arithmetic", "compare", "word_problems", "gsm_symbolic", a local
+            .jsonl/.json/.parquet file, or a Hugging Face dataset name or directory (see the
+            module docstring).
         split: which split ("train", "test", ...); ignored for local files.
         prompt_key: the field holding the prompt text (e.g. "question" for GSM8K).
         answer_key: the field holding the ground-truth answer.
@@ -63,6 +69,10 @@ def load_problems(
         return arithmetic_problems(split, **kwargs)
     if dataset == GSM_SYMBOLIC:
         return gsm_symbolic_problems(split, **kwargs)
+    if dataset == COMPARE:
+        return compare_problems(split, **kwargs)
+    if dataset == WORD_PROBLEMS:
+        return word_problems(split, **kwargs)
     if dataset.endswith(FILE_SUFFIXES):
         if kwargs:
             raise ValueError(

@@ -35,8 +35,9 @@ class MathVerifyEnvConfig:
     needs an `eos_token_id`: EOS ends an episode."""
 
     dataset: str = "arithmetic"
-    """Problems: "arithmetic" or "gsm_symbolic" (built in), a local .jsonl/.json/.parquet file, or
-    a Hugging Face dataset name or directory (see `rllib_llm.envs.datasets.load_problems`)."""
+    """Problems: "arithmetic", "compare", "word_problems" or "gsm_symbolic" (built in), a local
+    .jsonl/.json/.parquet file, or a Hugging Face dataset name or directory (see
+    `rllib_llm.envs.datasets.load_problems`)."""
 
     split: str = "train"
     """Dataset split, e.g. "train" or "test" (ignored for local files)."""
@@ -49,7 +50,8 @@ class MathVerifyEnvConfig:
 
     dataset_kwargs: Mapping[str, Any] = field(default_factory=dict)
     """Extra keyword arguments for the dataset: the arithmetic generator's `seed`, `max_operand`,
-    `ops`, `test_size`, or `datasets.load_dataset`'s (e.g. `name="main"` for GSM8K)."""
+    `ops`, `test_size`, `prompt_style`, the other generators' (`rllib_llm.envs.datasets`), or
+    `datasets.load_dataset`'s (e.g. `name="main"` for GSM8K)."""
 
     prompt_length: int = 64
     """Maximum prompt length in tokens (after `encode_prompt`, chat template included). Longer
