@@ -62,9 +62,10 @@ demo: setup $(if $(filter vllm,$(ENGINE)),setup-vllm)
 # Measured on 2 cores: 31.6 minutes for 1,617 tests (2026-11-26, with several learners, DeepSpeed
 # ZeRO-2 and ZeRO-3, and LoRA; the learning tests at 200 iterations since the split by operand
 # pair); 38.1 minutes for 1,685 tests with distillation, reward models and the 150-iteration
-# sweep, with a 12-minute test run beside it for part of the time, so about 34 on a quiet
-# machine. All of .ci/run from a fresh clone (set-up, make test, make test-vllm): 35.6 minutes
-# with the 26.8-minute suite, so about 43 now.
+# sweep, with a 12-minute test run beside it for part of the time; 34.9 minutes for 1,706 tests
+# with partial rollouts and the chat-model datasets (2026-11-27, a quiet machine). All of .ci/run
+# from a fresh clone: 39.3 minutes with the 33-minute suite and a make test-vllm cut short after
+# 86 s, so about 44 now; the longest tests are the learning tests (reinforce 226 s).
 # `make test-vllm` runs the tests marked vllm, one at a time (vLLM spawns engine processes).
 TEST_WORKERS ?= 2
 test: setup setup-smollm2

@@ -78,6 +78,7 @@ def score(verifier, tokenizer, groups, answers) -> list[list[bool]]:
 
 def measure(task: str, engine, tokenizer, verifier, args) -> dict:
     from rllib_llm.envs import load_problems
+
     from rllib_llm.models import encode_prompt
     from rllib_llm.rollout.engine import SamplingParams
 
@@ -131,8 +132,8 @@ def main() -> None:
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 
     import torch
-
     from rllib_llm.envs import MathVerifier
+
     from rllib_llm.models import load_tokenizer
 
     torch.set_num_threads(args.threads)
