@@ -30,7 +30,7 @@ SPLITS = ("train", "test")
 OPS = "+-*"
 PROMPT_STYLES = ("terse", "symbols", "words")
 _OP_WORDS = {"+": "plus", "-": "minus", "*": "times"}
-_ANSWER_ONLY = "Answer with the number only."
+ANSWER_ONLY = "Answer with the number only."  # ends every question for a chat model
 
 
 Problem = tuple[str, str]  # (prompt, answer)
@@ -133,4 +133,4 @@ def _render(terse: str, style: str) -> str:
     op = next(c for c in OPS if c in terse)
     a, b = terse.rstrip("=").split(op)
     shown = op if style == "symbols" else _OP_WORDS[op]
-    return f"What is {a} {shown} {b}? {_ANSWER_ONLY}"
+    return f"What is {a} {shown} {b}? {ANSWER_ONLY}"

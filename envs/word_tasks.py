@@ -27,18 +27,16 @@ import random
 from collections.abc import Callable
 from functools import lru_cache
 
+from rllib_llm.envs.arithmetic import ANSWER_ONLY, SPLITS, Problem
+
 COMPARE = "compare"
 WORD_PROBLEMS = "word_problems"
-SPLITS = ("train", "test")
 MAX_COMPARE_SETS = 200_000  # enumerating more number sets would make loading slow
-_ANSWER_ONLY = "Answer with the number only."
 _NAMES = (("Mia", "She"), ("Sam", "He"), ("Ava", "She"), ("Leo", "He"), ("Zoe", "She"),
           ("Ben", "He"))
 _ITEMS = ("apples", "stickers", "marbles", "pencils", "cookies", "stamps")
 _GAINS = ("buys {b} more", "finds {b} more", "is given {b} more")
 _LOSSES = ("gives {c} to a friend", "loses {c}", "gives {c} away")
-
-Problem = tuple[str, str]  # (prompt, answer)
 
 
 def compare_problems(split: str = "train", *, seed: int = 0, size: int = 3, max_number: int = 99,
@@ -119,7 +117,7 @@ def _render_compare(numbers: tuple[int, ...], rng: random.Random) -> Problem:
     which = "largest" if largest else "smallest"
     answer = max(numbers) if largest else min(numbers)
     listed = ", ".join(map(str, shown))
-    return f"Which is the {which} of these numbers: {listed}? {_ANSWER_ONLY}", str(answer)
+    return f"Which is the {which} of these numbers: {listed}? {ANSWER_ONLY}", str(answer)
 
 
 @lru_cache(maxsize=1)
@@ -140,5 +138,5 @@ def _render_word(key: tuple[int, int, int], rng: random.Random) -> Problem:
     gain = rng.choice(_GAINS).format(b=b)
     loss = rng.choice(_LOSSES).format(c=c)
     prompt = (f"{name} has {a} {item}. {pronoun} {gain}, then {loss}. How many {item} does "
-              f"{name} have now? {_ANSWER_ONLY}")
+              f"{name} have now? {ANSWER_ONLY}")
     return prompt, str(a + b - c)

@@ -283,14 +283,13 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         groups = self._in_flight.sample_groups(num_prompts, self._start_group, self.engine,
                                                self._sampling())
         t1 = time.perf_counter()
-        flat = [(g.prompt_index, r) for g in groups for r in g.responses]
-        verdicts = self.env.verify_responses([i for i, _ in flat],
+        flat = [(g, r) for g in groups for r in g.responses]
+        verdicts = self.env.verify_responses([g.prompt_index for g, _ in flat],
                                              [r.token_ids for _, r in flat])
-        episodes = [replay_response(self.env, i, r.response(), group_id=g.group_id,
+        episodes = [replay_response(self.env, g.prompt_index, r.response(), group_id=g.group_id,
                                     weight_version=np.asarray(r.versions, dtype=np.int64),
                                     verification=verdict)
-                    for (i, r), g, verdict in zip(
-                        flat, [g for g in groups for _ in g.responses], verdicts, strict=True)]
+                    for (g, r), verdict in zip(flat, verdicts, strict=True)]
         self._log_sample_metrics(episodes, t1 - t0, time.perf_counter() - t1)
         log_partial_metrics(self.metrics, self._in_flight, [r for _, r in flat])
         return episodes
