@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from engine_throughput import DEFAULT_SMOLLM2_DIR, smollm2_path  # noqa: E402
+from engine_throughput import DEFAULT_SMOLLM2_DIR, build_engine, smollm2_path  # noqa: E402
 
 # name -> (dataset, dataset kwargs, response_length). The answers are numbers: a short response
 # budget is enough, and sampling is ~100-250 tokens/s on one core.
@@ -52,17 +52,6 @@ TASKS = {
     "word_problems": ("word_problems", {}, 64),
     "gsm_symbolic": ("gsm_symbolic", {}, 192),
 }
-
-
-def build_engine(name: str, path: str, eos_id: int, max_len: int):
-    if name == "torch":
-        from rllib_llm.models import load_model
-        from rllib_llm.rollout.torch_engine import TorchRolloutEngine
-
-        return TorchRolloutEngine(load_model(path), eos_token_id=eos_id, pad_token_id=eos_id)
-    from rllib_llm.rollout.vllm_engine import VLLMRolloutEngine
-
-    return VLLMRolloutEngine(path, eos_token_id=eos_id, max_model_len=max_len)
 
 
 def score(verifier, tokenizer, groups, answers) -> list[list[bool]]:
@@ -143,7 +132,8 @@ def main() -> None:
         sys.exit("; ".join(notes))
     tokenizer = load_tokenizer(path)
     max_len = 512 + max(TASKS[t][2] for t in args.tasks)  # prompts are < 300 tokens
-    engine = build_engine(args.engine, path, tokenizer.eos_token_id, max_len)
+    engine = build_engine(args.engine, path, stop_id=tokenizer.eos_token_id,
+                          pad_id=tokenizer.eos_token_id, dtype=args.dtype, max_len=max_len)
     verifier = MathVerifier()
     start = time.perf_counter()
     rows = [measure(task, engine, tokenizer, verifier, args) for task in args.tasks]
