@@ -21,6 +21,10 @@ scores the same, so the "before" accuracy is measured once. Learner and sampler 
 process (num_env_runners=0) with `--threads` torch threads. Prints a Markdown table: iterations,
 training minutes, seconds per iteration, sampled tokens per second, mean training reward over
 the first and last quarter of the iterations, and held-out accuracy before and after.
+
+`--eval-every K` also scores held-out accuracy every K iterations: the curve by iteration and by
+training minutes (evaluation time not counted) goes into `--json-out` with every iteration's
+reward and seconds, and `--plot` draws it (held-out accuracy against iterations and minutes).
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ def build(args: argparse.Namespace, variant: str):
                       rollout_batch_size=args.prompts, num_return_sequences_in_group=args.group,
                       prompt_length=args.prompt_length, response_length=args.response_length,
                       lr=args.lr, use_kl_loss=False, advantage_clip=None, temperature=1.0,
-                      grad_clip=1.0)
+                      grad_clip=1.0, **args.settings)
             .debugging(seed=args.seed, log_level="ERROR")
             .build_algo())
 
@@ -61,12 +65,13 @@ def held_out(algo, args: argparse.Namespace) -> float:
     return algo.evaluate_accuracy(num_problems=args.eval_problems, temperature=0)["pass@1"]
 
 
-def train(algo, args: argparse.Namespace) -> dict:
+def train(algo, args: argparse.Namespace, before: float) -> dict:
+    """Train until `--iterations` or `--minutes` of training (evaluations not counted)."""
     from rllib_llm.outputs.metric_names import GENERATE_TOKENS_PER_S
 
     seconds, rewards, tokens_per_s = [], [], []
-    start = time.perf_counter()
-    while len(seconds) < args.iterations and time.perf_counter() - start < args.minutes * 60:
+    curve = [{"iteration": 0, "train_min": 0.0, "held_out": before}]
+    while len(seconds) < args.iterations and sum(seconds) < args.minutes * 60:
         t = time.perf_counter()
         result = algo.train()
         seconds.append(time.perf_counter() - t)
@@ -75,12 +80,45 @@ def train(algo, args: argparse.Namespace) -> dict:
         tokens_per_s.append(runners[GENERATE_TOKENS_PER_S.split("/", 1)[1]])
         print(f"  iteration {len(seconds)}: {seconds[-1]:.0f} s, reward {rewards[-1]:.3f}",
               flush=True)
+        if args.eval_every and len(seconds) % args.eval_every == 0:
+            curve.append({"iteration": len(seconds), "train_min": sum(seconds) / 60,
+                          "held_out": held_out(algo, args)})
+            print(f"  held-out accuracy at iteration {len(seconds)}: "
+                  f"{curve[-1]['held_out']:.3f}", flush=True)
     quarter = max(1, len(rewards) // 4)
-    return {"iterations": len(seconds), "train_min": (time.perf_counter() - start) / 60,
+    return {"iterations": len(seconds), "train_min": sum(seconds) / 60,
             "s_per_iteration": statistics.mean(seconds),
             "tokens_per_s": statistics.median(tokens_per_s),
             "reward_first": statistics.mean(rewards[:quarter]),
-            "reward_last": statistics.mean(rewards[-quarter:])}
+            "reward_last": statistics.mean(rewards[-quarter:]),
+            "rewards": rewards, "seconds": seconds, "curve": curve}
+
+
+def finish_curve(row: dict, after: float) -> None:
+    """The final score ends the curve (unless the last evaluation already was at the end)."""
+    if row["curve"][-1]["iteration"] != row["iterations"]:
+        row["curve"].append({"iteration": row["iterations"], "train_min": row["train_min"],
+                             "held_out": after})
+
+
+def plot(rows: dict, path: str) -> None:
+    """Held-out accuracy of each variant against iterations and against training minutes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for variant, row in rows.items():
+        for ax, x in zip(axes, ("iteration", "train_min")):
+            ax.plot([p[x] for p in row["curve"]], [p["held_out"] for p in row["curve"]],
+                    marker="o", label=variant)
+    axes[0].set_xlabel("iteration")
+    axes[1].set_xlabel("training minutes (2-core CPU)")
+    axes[0].set_ylabel("held-out accuracy (greedy)")
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
 
 
 def main() -> None:
@@ -89,10 +127,15 @@ def main() -> None:
     parser.add_argument("--dataset", default="gsm_symbolic")
     parser.add_argument("--dataset-kwargs", type=json.loads, default={},
                         help='the dataset\'s keyword arguments as JSON, e.g. \'{"size": 2}\'')
+    parser.add_argument("--settings", type=json.loads, default={},
+                        help='more training settings as JSON, e.g. \'{"autocast_dtype": '
+                             '"bfloat16"}\'')
     parser.add_argument("--iterations", type=int, default=1000)
     parser.add_argument("--minutes", type=float, default=25.0,
                         help="training minutes per variant (evaluation not counted)")
     parser.add_argument("--eval-problems", type=int, default=60)
+    parser.add_argument("--eval-every", type=int, default=0,
+                        help="also score held-out accuracy every this many iterations (0: never)")
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--group", type=int, default=4)
     parser.add_argument("--prompt-length", type=int, default=256)
@@ -103,6 +146,7 @@ def main() -> None:
     parser.add_argument("--smollm2-dir", default=DEFAULT_SMOLLM2_DIR)
     parser.add_argument("--dtype", default="float32")  # smollm2_path's export dtype
     parser.add_argument("--json-out", help="also write the rows to this file")
+    parser.add_argument("--plot", help="draw the held-out curves into this PNG file")
     args = parser.parse_args()
 
     import ray
@@ -123,8 +167,12 @@ def main() -> None:
             print(f"held-out accuracy before: {before:.3f} ({(time.perf_counter() - t) / 60:.1f} "
                   "min to score)", flush=True)
         print(f"{variant}:", flush=True)
-        rows[variant] = train(algo, args)
-        rows[variant]["after"] = held_out(algo, args)
+        rows[variant] = train(algo, args, before)
+        after = rows[variant]["curve"][-1]["held_out"]
+        if rows[variant]["curve"][-1]["iteration"] != rows[variant]["iterations"]:
+            after = held_out(algo, args)
+        rows[variant]["after"] = after
+        finish_curve(rows[variant], after)
         print(f"  held-out accuracy after: {rows[variant]['after']:.3f}", flush=True)
         algo.stop()
     ray.shutdown()
@@ -144,6 +192,8 @@ def main() -> None:
               f"| {r['after']:.3f} | {(r['after'] - before) * 100:+.1f} |")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({"before": before, **rows}, indent=1))
+    if args.plot:
+        plot(rows, args.plot)
 
 
 if __name__ == "__main__":

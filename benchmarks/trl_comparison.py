@@ -2,6 +2,7 @@
 
     python benchmarks/trl_comparison.py --trl-python /path/to/trl-venv/bin/python \
         [--model embedded|smollm2 --prompts 8 --group 4 --tokens 16 --updates 20]
+    python benchmarks/trl_comparison.py --levers --model smollm2 --dataset compare ...
 
 TRL is a benchmark-only dependency in an environment of its own (torch first, then
 `pip install trl transformers==<ours> math-verify`): this script runs it there as a
@@ -12,6 +13,12 @@ optimizer step per batch, `--updates` updates; GRPO's advantages (group mean and
 per-sequence token means on both sides: `RLVR(pg_variant="ppo", adv_estimator="grpo")` and
 `GRPOConfig(loss_type="grpo", scale_rewards="group", beta=0)`. Ours runs twice: sampling in the
 driver (local mode) and in one remote env runner.
+
+`--levers` runs ours (local mode) once per row of `LEVERS` instead, from RLlib's defaults with
+no token budget up to every speed setting on, each row adding one (`--trl-fp32` adds TRL with
+bf16 and gradient checkpointing off: GRPOConfig turns both on by default, on a CPU too).
+`--dataset` picks the task both sides train and score on (a built-in dataset's train and test
+splits).
 
 Reported: seconds per update (median after the first), its ratio to TRL's, generated tokens/s,
 peak RSS (all of a run's processes), greedy held-out accuracy before and after on the task's
@@ -58,6 +65,8 @@ def run_trl(args: argparse.Namespace) -> dict:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     data = json.loads(Path(args.data).read_text())
+    # GRPOConfig's defaults: bf16 autocast and gradient checkpointing on; off with --fp32.
+    precision = {"bf16": False, "gradient_checkpointing": False} if args.fp32 else {}
     tokenizer = AutoTokenizer.from_pretrained(args.path)
     model = AutoModelForCausalLM.from_pretrained(args.path, dtype=torch.float32)
     answers = {p["prompt"]: p["answer"] for p in data["train"]}
@@ -106,7 +115,7 @@ def run_trl(args: argparse.Namespace) -> dict:
         warmup_steps=0, max_steps=args.updates, beta=0.0, epsilon=0.2, num_iterations=1,
         loss_type="grpo", scale_rewards="group", temperature=1.0, top_p=1.0, max_grad_norm=1.0,
         weight_decay=0.0, use_cpu=True, report_to=[], logging_steps=10**6, save_strategy="no",
-        seed=0, disable_dropout=True, shuffle_dataset=True,
+        seed=0, disable_dropout=True, shuffle_dataset=True, **precision,
     )
     timer = StepTimes()
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config,
@@ -118,7 +127,8 @@ def run_trl(args: argparse.Namespace) -> dict:
     after = held_out()
     steps = [b - a for a, b in zip(timer.times[1:], timer.times[2:])]
     return {"update_s": statistics.median(steps), "train_s": train_s, "tokens_per_s": None,
-            "before": before, "after": after,
+            "before": before, "after": after, "bf16": config.bf16,
+            "gradient_checkpointing": config.gradient_checkpointing,
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
@@ -136,11 +146,12 @@ def run_ours(args: argparse.Namespace) -> dict:
     data = json.loads(Path(args.data).read_text())
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     config = (RLVRConfig()
-              .environment("math_verify", env_config={"dataset": "arithmetic"})
+              .environment("math_verify", env_config={"dataset": args.dataset})
               .training(model_name_or_path=args.path, pg_variant="ppo", adv_estimator="grpo",
                         rollout_batch_size=args.prompts, num_return_sequences_in_group=args.group,
                         response_length=args.tokens, lr=args.lr, use_kl_loss=False,
-                        pg_clip=0.2, grad_clip=1.0, temperature=1.0, advantage_clip=None)
+                        pg_clip=0.2, grad_clip=1.0, temperature=1.0, advantage_clip=None,
+                        prompt_length=args.prompt_length, **json.loads(args.settings))
               .env_runners(num_env_runners=args.runners)
               .debugging(seed=0, log_level="ERROR"))
     algo = config.build_algo()
@@ -176,8 +187,8 @@ def write_data(args: argparse.Namespace, tmp: Path) -> None:
     from rllib_llm.envs.datasets import load_problems
 
     # rllib_llm reads the same splits itself (dataset "arithmetic": train, and test held out).
-    train = load_problems("arithmetic", split="train")
-    test = load_problems("arithmetic", split="test")[: args.eval_problems]  # ours: the first too
+    train = load_problems(args.dataset, split="train")
+    test = load_problems(args.dataset, split="test")[: args.eval_problems]  # ours: the first too
     (tmp / "data.json").write_text(json.dumps({"train": train, "test": test}))
 
 
@@ -185,9 +196,32 @@ def child(python: str, side: str, args: argparse.Namespace, tmp: Path, **extra) 
     cmd = [python, __file__, "--child", side, "--path", args.path, "--data",
            str(tmp / "data.json"), "--out", str(tmp / side), "--prompts", str(args.prompts),
            "--group", str(args.group), "--tokens", str(args.tokens), "--updates",
-           str(args.updates), "--lr", str(args.lr),
-           *[x for k, v in extra.items() for x in (f"--{k}", str(v))]]
+           str(args.updates), "--lr", str(args.lr), "--dataset", args.dataset,
+           *(["--prompt-length", str(args.prompt_length)] if args.prompt_length else []),
+           *[x for k, v in extra.items() for x in ((f"--{k}",) if v is True
+                                                   else (f"--{k}", str(v)))]]
     return run_child(cmd)
+
+
+# Ours, one lever more per row (`--levers`): each row's settings on top of the row above's.
+LEVERS = (
+    ("RLlib's Adam, no token budget", {"fused_optimizer": False,
+                                       "max_tokens_per_micro_batch": None}),
+    ("+ token budget (default 4096)", {"max_tokens_per_micro_batch": 4096}),
+    ("+ fused Adam (default)", {"fused_optimizer": True}),
+    ("+ use_fused_kernels", {"use_fused_kernels": True}),
+    ("+ autocast_dtype=bfloat16", {"autocast_dtype": "bfloat16"}),
+    ("+ gradient_checkpointing", {"gradient_checkpointing": True}),
+)
+
+
+def lever_rows(args: argparse.Namespace, tmp: Path) -> list[tuple[str, dict]]:
+    rows, settings = [], {}
+    for label, more in LEVERS:
+        settings = {**settings, **more}
+        rows.append((f"rllib_llm, {label}",
+                     child(sys.executable, "ours", args, tmp, settings=json.dumps(settings))))
+    return rows
 
 
 def main() -> None:
@@ -203,10 +237,19 @@ def main() -> None:
     parser.add_argument("--eval-problems", type=int, default=500,
                         help="held-out problems scored before and after (the first N)")
     parser.add_argument("--dtype", default="float32")  # smollm2_path's export dtype
+    parser.add_argument("--dataset", default="arithmetic",
+                        help="the built-in dataset both sides train and score on")
+    parser.add_argument("--prompt-length", type=int, help="ours: prompt_length (None: default)")
+    parser.add_argument("--levers", action="store_true",
+                        help="ours once per row of LEVERS (local mode) instead of local and remote")
+    parser.add_argument("--trl-fp32", action="store_true",
+                        help="also TRL with bf16 and gradient checkpointing off")
     parser.add_argument("--child", choices=("trl", "ours"), help=argparse.SUPPRESS)
     for name in ("path", "data", "out"):
         parser.add_argument(f"--{name}", help=argparse.SUPPRESS)
     parser.add_argument("--runners", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--settings", default="{}", help=argparse.SUPPRESS)
+    parser.add_argument("--fp32", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(run_trl(args) if args.child == "trl" else run_ours(args)))
@@ -223,16 +266,25 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         write_data(args, tmp)
-        rows = [("rllib_llm, local", child(sys.executable, "ours", args, tmp, runners=0)),
-                ("rllib_llm, 1 remote env runner",
-                 child(sys.executable, "ours", args, tmp, runners=1))]
+        if args.levers:
+            rows = lever_rows(args, tmp)
+        else:
+            rows = [("rllib_llm, local", child(sys.executable, "ours", args, tmp, runners=0)),
+                    ("rllib_llm, 1 remote env runner",
+                     child(sys.executable, "ours", args, tmp, runners=1))]
+        trl = None
         if args.trl_python:
-            rows.append(("TRL GRPOTrainer", child(args.trl_python, "trl", args, tmp)))
+            if args.trl_fp32:
+                rows.append(("TRL GRPOTrainer, bf16 and gradient checkpointing off",
+                             child(args.trl_python, "trl", args, tmp, fp32=True)))
+            rows.append(("TRL GRPOTrainer (its defaults: bf16, gradient checkpointing)",
+                         child(args.trl_python, "trl", args, tmp)))
+            trl = rows[-1][1] if "error" not in rows[-1][1] else None
         else:
             notes.append("TRL skipped: pass --trl-python")
-    trl = rows[-1][1] if args.trl_python and "error" not in rows[-1][1] else None
-    print(f"{args.model}, {args.prompts} prompts x {args.group} responses x {args.tokens} "
-          f"tokens, lr {args.lr}, {args.updates} updates, one torch thread per process; "
+    print(f"{args.model} on {args.dataset}, {args.prompts} prompts x {args.group} responses x "
+          f"{args.tokens} tokens, lr {args.lr}, {args.updates} updates, one torch thread per "
+          "process; "
           f"{platform.machine()}, {platform.system()}\n")
     print("| run | s / update | vs TRL | sample / learn s | generated tokens/s | peak RSS MiB "
           "| held-out before -> after | points per training minute |")
