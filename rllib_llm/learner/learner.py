@@ -112,17 +112,21 @@ class RLVRLearner(TorchLearner):
         announce("the learner" if world == 1 else f"learner {rank} of {world}", device)
 
     def configure_optimizers_for_module(self, module_id, config=None) -> None:
-        """One Adam optimizer (RLlib's default), or with a critic two: "actor" at lr and
-        "critic" at critic_lr."""
+        """One Adam optimizer (RLlib's default, under RLlib's default name), or with a critic
+        two: "actor" at lr and "critic" at critic_lr; fused where config.fused_optimizer."""
         module = self._module[module_id].unwrapped()
+        fused = bool(config.fused_optimizer)
         if not module.has_critic:
-            return super().configure_optimizers_for_module(module_id, config)
+            params = self.get_parameters(self._module[module_id])
+            self.register_optimizer(module_id=module_id, optimizer=torch.optim.Adam(
+                params, fused=fused), params=params, lr_or_lr_schedule=config.lr)
+            return
         critic_lr = config.lr if config.critic_lr is None else config.critic_lr
         for name, params, lr in (("actor", module.policy_parameters(), config.lr),
                                  ("critic", module.critic_parameters(), critic_lr)):
             self.register_optimizer(module_id=module_id, optimizer_name=name,
-                                    optimizer=torch.optim.Adam(params), params=params,
-                                    lr_or_lr_schedule=lr)
+                                    optimizer=torch.optim.Adam(params, fused=fused),
+                                    params=params, lr_or_lr_schedule=lr)
 
     def get_parameters(self, module) -> list[torch.nn.Parameter]:
         # The frozen reference model is part of the module but never optimised.
