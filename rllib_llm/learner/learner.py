@@ -139,6 +139,13 @@ class RLVRLearner(TorchLearner):
         super()._log_steps_trained_metrics(
             batch if world == 1 else data_parallel.BatchShare(batch, rank, world))
 
+    def _set_optimizer_state(self, state: dict[str, Any]) -> None:
+        """A checkpoint's param groups carry the kernel they were saved with: keep this run's
+        fused_optimizer instead."""
+        super()._set_optimizer_state(state)
+        for optim in self._named_optimizers.values():
+            use_configured_kernel(optim, bool(self.config.fused_optimizer))
+
     def _get_optimizer_state(self) -> dict[str, Any]:
         # RLlib converts optimizer state to numpy, which has no bfloat16 (Adam's moments of a
         # bf16 model are bf16): keep torch tensors, as RLVRModule.get_state does.
@@ -489,3 +496,14 @@ def nonfinite_causes(cfg) -> str:
         return (f"lr={lr!r}, model_dtype={cfg.model_dtype!r} and grad_clip={cfg.grad_clip!r} are "
                 f"not the usual suspects; likely cause: {rewards}, else lower lr")
     return f"Likely causes: {', '.join(causes)}, or {rewards}"
+
+
+def use_configured_kernel(optim: torch.optim.Optimizer, fused: bool) -> None:
+    """torch Adam's kernel choice lives in its param groups, which load_state_dict replaces with
+    the saved ones: set it back (fused steps keep their step counts on the parameters' device)."""
+    for group in optim.param_groups:
+        group["fused"], group["foreach"] = fused, None
+        for param in group["params"] if fused else ():
+            step = optim.state.get(param, {}).get("step")
+            if torch.is_tensor(step):
+                optim.state[param]["step"] = step.to(param.device, torch.float32)
