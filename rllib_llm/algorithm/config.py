@@ -257,6 +257,7 @@ class RLVRConfig(AlgorithmConfig):
                 "micro_batch_rows": self.micro_batch_size,
                 "gradient_checkpointing": self.gradient_checkpointing,
                 "fused_kernels": self.use_fused_kernels,
+                "autocast_dtype": self.autocast_dtype,
                 "critic": self.critic_spec,
                 "lora": self.lora_spec,
                 "teacher": self.teacher_model_name_or_path,

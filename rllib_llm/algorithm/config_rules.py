@@ -157,6 +157,23 @@ def check_combinations(cfg) -> None:
         )
     check_learners(cfg)
     check_lora(cfg)
+    check_autocast(cfg)
+
+
+def check_autocast(cfg) -> None:
+    """Mixed precision casts float32 weights; DeepSpeed has its own bf16."""
+    if cfg.autocast_dtype is None:
+        return
+    if cfg.model_dtype != "float32":
+        raise ValueError(
+            f"RLVRConfig.autocast_dtype={cfg.autocast_dtype!r} runs learners in mixed precision "
+            f"over float32 weights, but model_dtype={cfg.model_dtype!r}: set "
+            "model_dtype='float32' (or autocast_dtype=None to train in model_dtype).")
+    if cfg.learner_strategy == "deepspeed":
+        raise ValueError(
+            f"RLVRConfig.autocast_dtype={cfg.autocast_dtype!r} is not combined with "
+            "learner_strategy='deepspeed': set autocast_dtype=None and model_dtype='bfloat16' "
+            "(DeepSpeed's bf16, with float32 master weights).")
 
 
 def check_lora(cfg) -> None:

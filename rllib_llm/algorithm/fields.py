@@ -357,6 +357,22 @@ FIELDS: tuple[Field, ...] = (
           "on top of max_tokens_per_micro_batch: both bounds hold. Losses are normalised by "
           "whole-mini-batch counts, so this changes memory, not the update. None = no row bound.",
           optional(positive_int), "optimisation"),
+    Field("autocast_dtype", None,
+          "Mixed precision on learners: their forward and backward passes (training and "
+          "scoring) run under torch.autocast in this dtype while the weights, gradients and "
+          "Adam's state stay float32 (Hugging Face Trainer's and TRL's bf16=True). "
+          "'bfloat16' or None (off). About 1.8x faster forward and backward on a CPU with "
+          "AVX512-BF16 (benchmarks/RESULTS.md, \"Faster than TRL\"); env runners sample in "
+          "model_dtype. Needs model_dtype='float32' and a torch learner (DeepSpeed: set "
+          "model_dtype='bfloat16', DeepSpeed's own bf16 with float32 master weights).",
+          optional(one_of(("bfloat16",))), "optimisation"),
+    Field("fused_optimizer", True,
+          "Adam's step as one fused kernel over all parameters (torch.optim.Adam(fused=True), "
+          "the kernel of Hugging Face Trainer's default optim 'adamw_torch_fused', which TRL "
+          "uses) instead of RLlib's default torch.optim.Adam: the same update up to float "
+          "rounding (about one ulp per step), several times faster on a CPU "
+          "(benchmarks/RESULTS.md, \"Faster than TRL\"). Applies to every optimizer of the "
+          "learner (the critic's too), DeepSpeed's included.", boolean, "optimisation"),
     Field("gradient_checkpointing", False,
           "Hugging Face's activation (gradient) checkpointing on the learner's policy and critic: "
           "each layer's activations are recomputed in the backward pass instead of kept (less "

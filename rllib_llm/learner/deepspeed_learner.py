@@ -33,7 +33,7 @@ import torch.distributed as dist
 from ray.rllib.core import COMPONENT_OPTIMIZER, COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
 
 from rllib_llm.learner.deepspeed_config import deepspeed_config
-from rllib_llm.learner.learner import GRAD_NORM, RLVRLearner
+from rllib_llm.learner.learner import GRAD_NORM, RLVRLearner, use_configured_kernel
 from rllib_llm.learner.module import RUN_IN_FORWARD
 
 INSTALL_HINT = ("DS_BUILD_OPS=0 pip install --no-build-isolation 'rllib_llm[deepspeed]' "
@@ -228,3 +228,4 @@ class DeepSpeedRLVRLearner(RLVRLearner):
                     flat_state["step"].dtype)
         for group, saved_group in zip(inner.param_groups, saved["param_groups"]):
             group.update({k: v for k, v in saved_group.items() if k != "params"})
+        use_configured_kernel(inner, bool(self.config.fused_optimizer))

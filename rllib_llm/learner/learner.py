@@ -112,17 +112,21 @@ class RLVRLearner(TorchLearner):
         announce("the learner" if world == 1 else f"learner {rank} of {world}", device)
 
     def configure_optimizers_for_module(self, module_id, config=None) -> None:
-        """One Adam optimizer (RLlib's default), or with a critic two: "actor" at lr and
-        "critic" at critic_lr."""
+        """One Adam optimizer (RLlib's default, under RLlib's default name), or with a critic
+        two: "actor" at lr and "critic" at critic_lr; fused where config.fused_optimizer."""
         module = self._module[module_id].unwrapped()
+        fused = bool(config.fused_optimizer)
         if not module.has_critic:
-            return super().configure_optimizers_for_module(module_id, config)
+            params = self.get_parameters(self._module[module_id])
+            self.register_optimizer(module_id=module_id, optimizer=torch.optim.Adam(
+                params, fused=fused), params=params, lr_or_lr_schedule=config.lr)
+            return
         critic_lr = config.lr if config.critic_lr is None else config.critic_lr
         for name, params, lr in (("actor", module.policy_parameters(), config.lr),
                                  ("critic", module.critic_parameters(), critic_lr)):
             self.register_optimizer(module_id=module_id, optimizer_name=name,
-                                    optimizer=torch.optim.Adam(params), params=params,
-                                    lr_or_lr_schedule=lr)
+                                    optimizer=torch.optim.Adam(params, fused=fused),
+                                    params=params, lr_or_lr_schedule=lr)
 
     def get_parameters(self, module) -> list[torch.nn.Parameter]:
         # The frozen reference model is part of the module but never optimised.
@@ -134,6 +138,13 @@ class RLVRLearner(TorchLearner):
         rank, world = data_parallel.rank_and_world()
         super()._log_steps_trained_metrics(
             batch if world == 1 else data_parallel.BatchShare(batch, rank, world))
+
+    def _set_optimizer_state(self, state: dict[str, Any]) -> None:
+        """A checkpoint's param groups carry the kernel they were saved with: keep this run's
+        fused_optimizer instead."""
+        super()._set_optimizer_state(state)
+        for optim in self._named_optimizers.values():
+            use_configured_kernel(optim, bool(self.config.fused_optimizer))
 
     def _get_optimizer_state(self) -> dict[str, Any]:
         # RLlib converts optimizer state to numpy, which has no bfloat16 (Adam's moments of a
@@ -485,3 +496,14 @@ def nonfinite_causes(cfg) -> str:
         return (f"lr={lr!r}, model_dtype={cfg.model_dtype!r} and grad_clip={cfg.grad_clip!r} are "
                 f"not the usual suspects; likely cause: {rewards}, else lower lr")
     return f"Likely causes: {', '.join(causes)}, or {rewards}"
+
+
+def use_configured_kernel(optim: torch.optim.Optimizer, fused: bool) -> None:
+    """torch Adam's kernel choice lives in its param groups, which load_state_dict replaces with
+    the saved ones: set it back (fused steps keep their step counts on the parameters' device)."""
+    for group in optim.param_groups:
+        group["fused"], group["foreach"] = fused, None
+        for param in group["params"] if fused else ():
+            step = optim.state.get(param, {}).get("step")
+            if torch.is_tensor(step):
+                optim.state[param]["step"] = step.to(param.device, torch.float32)

@@ -12,6 +12,7 @@ one forward per token. Token t of the response is predicted by the logits at pos
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -75,7 +76,8 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
     no bound), `gradient_checkpointing` (recompute layer activations in backward),
     `fused_kernels` (log-probs from the last hidden states and the LM head, chunk by chunk:
     `use_fused_kernels`), `critic` (None, or {"model_name_or_path": ..., "shares_trunk": bool}),
-    `teacher` (None, or the teacher's model_name_or_path: `teacher_model_name_or_path`).
+    `teacher` (None, or the teacher's model_name_or_path: `teacher_model_name_or_path`),
+    `autocast_dtype` (None, or the dtype learners' passes autocast to: mixed precision).
     Env runners build the module with `inference_only=True`: the policy alone.
     """
 
@@ -94,6 +96,8 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
         if self._adapters:
             lora.add_adapters(self.model, self.lora)
         self.fused_kernels = bool(cfg.get("fused_kernels")) and not self.inference_only
+        autocast = cfg.get("autocast_dtype")
+        self.autocast_dtype = None if autocast is None or self.inference_only else DTYPES[autocast]
         if self.fused_kernels:
             check_fused_head(self.model)
         self._reference_is_base = self._adapters and bool(cfg.get("use_reference"))
@@ -166,8 +170,18 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
         """log-probs and entropies (B, T) of the response tokens, and their values (B, T) when
         the module has a critic. (`RUN_IN_FORWARD=fn` runs fn instead: see `forward_via`.)"""
         run = kwargs.get(RUN_IN_FORWARD)
-        if run is not None:
-            return run()
+        with self._autocast():
+            return run() if run is not None else self._policy_and_values(batch)
+
+    def _autocast(self):
+        """torch.autocast to `autocast_dtype` on the policy's device (a no-op without it): the
+        float32 weights are cast per op, and backward follows the recorded casts."""
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        device = next(self.model.parameters()).device.type
+        return torch.autocast(device_type=device, dtype=self.autocast_dtype)
+
+    def _policy_and_values(self, batch: dict[str, Any]) -> dict[str, Any]:
         out = {}
         hidden = None
         if hasattr(self, VALUE_HEAD):
@@ -249,7 +263,10 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
     forward_via = None
 
     def _in_forward(self, fn):
-        return fn() if self.forward_via is None else self.forward_via(fn)
+        if self.forward_via is not None:
+            return self.forward_via(fn)  # via _forward_train, under its autocast
+        with self._autocast():
+            return fn()
 
     @torch.no_grad()
     def score_tokens(self, batch: dict[str, Any], *, reference: bool) -> torch.Tensor:

@@ -167,7 +167,12 @@ class LinearTokenLogp(torch.autograd.Function):
 def _chunk_x(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
              temperature: float) -> torch.Tensor:
     """A chunk's logits / T in float32, computed in the head's dtype as the model computes
-    them (C, V)."""
+    them (C, V). Under autocast (`autocast_dtype`) the hidden states arrive in the autocast
+    dtype and forward's matmul ran in it; backward runs outside autocast, so the weights are
+    cast the same way here and both passes compute the same logits."""
+    if weight.dtype != hidden.dtype:
+        weight = weight.to(hidden.dtype)
+        bias = None if bias is None else bias.to(hidden.dtype)
     return torch.nn.functional.linear(hidden, weight, bias).float() / temperature
 
 
