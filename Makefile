@@ -65,7 +65,9 @@ demo: setup $(if $(filter vllm,$(ENGINE)),setup-vllm)
 # sweep, with a 12-minute test run beside it for part of the time; 34.9 minutes for 1,706 tests
 # with partial rollouts and the chat-model datasets (2026-11-27, a quiet machine). All of .ci/run
 # from a fresh clone: 39.3 minutes with the 33-minute suite and a make test-vllm cut short after
-# 86 s, so about 44 now; the longest tests are the learning tests (reinforce 226 s).
+# 86 s; 41.6 minutes in CI with the vLLM tests whole. 38.6 minutes for 1,719 tests with the
+# SmolLM2 example's test (222 s) and, in that run only, fused Adam on for every test (2026-11-27,
+# quiet); the longest tests are the learning tests (reinforce 247 s).
 # `make test-vllm` runs the tests marked vllm, one at a time (vLLM spawns engine processes).
 TEST_WORKERS ?= 2
 test: setup setup-smollm2

@@ -366,12 +366,13 @@ FIELDS: tuple[Field, ...] = (
           "model_dtype. Needs model_dtype='float32' and a torch learner (DeepSpeed: set "
           "model_dtype='bfloat16', DeepSpeed's own bf16 with float32 master weights).",
           optional(one_of(("bfloat16",))), "optimisation"),
-    Field("fused_optimizer", True,
+    Field("fused_optimizer", False,
           "Adam's step as one fused kernel over all parameters (torch.optim.Adam(fused=True), "
           "the kernel of Hugging Face Trainer's default optim 'adamw_torch_fused', which TRL "
           "uses) instead of RLlib's default torch.optim.Adam: the same update up to float "
-          "rounding (about one ulp per step). On SmolLM2-135M's weights a step takes 0.07 s "
-          "against 0.16 s on a 2-core CPU, 1.5% of an update at 8 x 8 x 32 tokens "
+          "rounding (about one ulp per step), so not bit-exact, hence off by default. On "
+          "SmolLM2-135M's weights a step takes 0.07 s against 0.16 s on a 2-core CPU, 1.5% of "
+          "an update at 8 x 8 x 32 tokens "
           "(benchmarks/RESULTS.md, \"Faster than TRL\"). Applies to every optimizer of the "
           "learner (the critic's too), DeepSpeed's included.", boolean, "optimisation"),
     Field("gradient_checkpointing", False,

@@ -261,7 +261,7 @@ def test_env_runner_places_module_and_engine_on_the_device_rllib_assigns(monkeyp
 
 
 def test_fused_optimizer_takes_the_default_adams_update_up_to_rounding():
-    """fused_optimizer=True (the default) steps every optimizer with torch's fused Adam kernel,
+    """fused_optimizer=True steps every optimizer with torch's fused Adam kernel, and
     False with RLlib's default Adam; from the same seed, one iteration of each (4 optimizer steps)
     ends at the same weights within float rounding, and Adam's moments agree the same way."""
     states = {}
