@@ -94,11 +94,13 @@ def train(algo, args: argparse.Namespace, before: float) -> dict:
             "rewards": rewards, "seconds": seconds, "curve": curve}
 
 
-def finish_curve(row: dict, after: float) -> None:
-    """The final score ends the curve (unless the last evaluation already was at the end)."""
+def finish_curve(algo, args: argparse.Namespace, row: dict) -> float:
+    """The held-out score after training: the last evaluation's when it was at the end, else a
+    new one, which ends the curve."""
     if row["curve"][-1]["iteration"] != row["iterations"]:
         row["curve"].append({"iteration": row["iterations"], "train_min": row["train_min"],
-                             "held_out": after})
+                             "held_out": held_out(algo, args)})
+    return row["curve"][-1]["held_out"]
 
 
 def plot(rows: dict, path: str) -> None:
@@ -168,11 +170,7 @@ def main() -> None:
                   "min to score)", flush=True)
         print(f"{variant}:", flush=True)
         rows[variant] = train(algo, args, before)
-        after = rows[variant]["curve"][-1]["held_out"]
-        if rows[variant]["curve"][-1]["iteration"] != rows[variant]["iterations"]:
-            after = held_out(algo, args)
-        rows[variant]["after"] = after
-        finish_curve(rows[variant], after)
+        rows[variant]["after"] = finish_curve(algo, args, rows[variant])
         print(f"  held-out accuracy after: {rows[variant]['after']:.3f}", flush=True)
         algo.stop()
     ray.shutdown()

@@ -25,21 +25,16 @@ from pathlib import Path
 import ray
 
 from rllib_llm import RLVRConfig
-from rllib_llm.models.gguf_checkpoint import (
-    export_gguf_checkpoint,
-    is_checkpoint,
-    smollm2_gguf_path,
-)
+from rllib_llm.models.gguf_checkpoint import export_gguf_checkpoint, smollm2_gguf_path
 
 DEFAULT_DIR = Path.home() / ".cache" / "rllib_llm" / "smollm2-135m-instruct"
 
 
 def smollm2_checkpoint(directory: Path) -> str:
-    """The exported checkpoint, exported from the installed package on first use (~20 s)."""
-    if not is_checkpoint(directory):
-        print(f"exporting SmolLM2-135M-Instruct to {directory} ...", flush=True)
-        export_gguf_checkpoint(smollm2_gguf_path(), directory)
-    return str(directory)
+    """The exported checkpoint: exported from the installed package on first use (~20 s),
+    reused after (export_gguf_checkpoint leaves a directory holding one as it is)."""
+    print(f"SmolLM2-135M-Instruct checkpoint: {directory} (exported on first use)", flush=True)
+    return export_gguf_checkpoint(smollm2_gguf_path(), directory)
 
 
 def main(args: argparse.Namespace) -> bool:

