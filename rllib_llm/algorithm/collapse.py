@@ -15,12 +15,21 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rllib_llm.outputs.metric_names import ACCURACY, ENTROPY
+from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.core.learner.learner import DEFAULT_OPTIMIZER, LR_KEY
+from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, LEARNER_RESULTS
 
-# The learner's GRAD_NORM (learner/learner.py: the actor's norm before clipping) and RLlib's
-# learning rate of this step, as the result holds them.
-GRAD_NORM = "learners/default_policy/grad_norm"
-LEARNING_RATE = "learners/default_policy/default_optimizer_learning_rate"
+from rllib_llm.learner.learner import ENTROPY, GRAD_NORM
+from rllib_llm.rollout.sample_metrics import ACCURACY
+
+# Where each metric the detector reads sits in `algo.train()`'s result (GRAD_NORM: the actor's
+# norm before clipping), and RLlib's learning rate of the step (a schedule's value now).
+PATHS = {
+    ACCURACY: (ENV_RUNNER_RESULTS, ACCURACY),
+    ENTROPY: (LEARNER_RESULTS, DEFAULT_MODULE_ID, ENTROPY),
+    GRAD_NORM: (LEARNER_RESULTS, DEFAULT_MODULE_ID, GRAD_NORM),
+}
+LEARNING_RATE_PATH = (LEARNER_RESULTS, DEFAULT_MODULE_ID, f"{DEFAULT_OPTIMIZER}_{LR_KEY}")
 
 # A sign must hold this many iterations in a row: one batch of a hard task can be all wrong.
 PATIENCE = 3
@@ -40,8 +49,8 @@ def collapse_signs(history: Sequence[Mapping[str, float]], *,
     """What in a run's metrics says it collapsed, in words; empty when nothing does.
 
     Args:
-        history: one flattened result per iteration, oldest first (metric names as in
-            `rllib_llm.outputs.metric_names`; a missing or non-finite value says nothing).
+        history: per iteration, oldest first, `{ACCURACY, ENTROPY, GRAD_NORM: value}` (the
+            names in `PATHS`; a missing or non-finite value says nothing).
         patience: iterations in a row a sign must hold.
     """
     if len(history) <= patience:
@@ -82,17 +91,16 @@ class CollapseWatch:
     settings: the settings to name in the warning, `{name: value}`.
     """
 
-    _KEYS = (ACCURACY, ENTROPY, GRAD_NORM)
-
     def __init__(self, settings: Mapping[str, Any]):
         self.settings = dict(settings)
         self.history: list[dict[str, float]] = []  # three numbers an iteration
         self.warned = False
 
-    def observe(self, result: Mapping[str, float], iteration: int) -> str | None:
-        """The warning line, the first time `result` (flattened; of training iteration
+    def observe(self, result: Mapping[str, Any], iteration: int) -> str | None:
+        """The warning line, the first time `result` (`algo.train()`'s, of training iteration
         `iteration`) completes a collapse; else None."""
-        self.history.append({k: result[k] for k in self._KEYS if k in result})
+        row = {name: _at(result, path) for name, path in PATHS.items()}
+        self.history.append({name: value for name, value in row.items() if value is not None})
         if self.warned:
             return None
         signs = collapse_signs(self.history)
@@ -100,9 +108,21 @@ class CollapseWatch:
             return None
         self.warned = True
         settings = dict(self.settings)
-        if LEARNING_RATE in result:  # a schedule's rate now, not the schedule
-            settings["lr"] = result[LEARNING_RATE]
+        lr_now = _at(result, LEARNING_RATE_PATH)
+        if lr_now is not None:  # a schedule's rate now, not the schedule
+            settings["lr"] = lr_now
         return collapse_warning(signs, iteration=iteration, settings=settings)
+
+
+def _at(result: Mapping[str, Any], path: tuple[str, ...]) -> float | None:
+    """The number at `path` in a nested result, or None."""
+    value: Any = result
+    for key in path:
+        if not isinstance(value, Mapping) or key not in value:
+            return None
+        value = value[key]
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else None
 
 
 def _values(rows: Sequence[Mapping[str, float]], key: str) -> list[float]:

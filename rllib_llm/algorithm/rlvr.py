@@ -45,7 +45,6 @@ from rllib_llm.algorithm.reward_workers import (
     merge_round_metrics,
 )
 from rllib_llm.exchange.devices import announce
-from rllib_llm.outputs.run_log import flatten
 from rllib_llm.rollout.env_runner import SAMPLER_STATE
 from rllib_llm.rollout.evaluation import EvalShard
 
@@ -118,7 +117,7 @@ class RLVR(Algorithm):
     def step(self) -> dict[str, Any]:
         """RLlib's iteration, then one look at its result for a collapse (collapse.py)."""
         results = super().step()
-        warning = self._collapse_watch.observe(flatten(results), iteration=self.iteration + 1)
+        warning = self._collapse_watch.observe(results, iteration=self.iteration + 1)
         if warning is not None:
             logger.warning(warning)
         return results

@@ -8,12 +8,13 @@ import logging
 import pytest
 
 from rllib_llm.algorithm.collapse import (
-    GRAD_NORM,
-    LEARNING_RATE,
+    LEARNING_RATE_PATH,
+    PATHS,
     CollapseWatch,
     collapse_signs,
 )
-from rllib_llm.outputs.metric_names import ACCURACY, ENTROPY
+from rllib_llm.learner.learner import ENTROPY, GRAD_NORM
+from rllib_llm.rollout.sample_metrics import ACCURACY
 
 
 def rows(accuracy=None, entropy=None, grad=None) -> list[dict[str, float]]:
@@ -69,10 +70,22 @@ def test_healthy_or_undecided_runs_raise_no_sign(history):
     assert collapse_signs(history) == []
 
 
+def nested(row: dict[str, float]) -> dict:
+    """`row` as `algo.train()` nests it (the learning rate under "lr")."""
+    result: dict = {}
+    for name, value in row.items():
+        *parents, last = LEARNING_RATE_PATH if name == "lr" else PATHS[name]
+        target = result
+        for key in parents:
+            target = target.setdefault(key, {})
+        target[last] = value
+    return result
+
+
 def test_the_watch_warns_once_naming_the_settings_and_the_rate_now():
     watch = CollapseWatch({"lr": [[0, 1e-3], [1000, 10.0]], "entropy_coef": 0.0})
     history = rows(accuracy=[0.44, 0.0, 0.0, 0.0, 0.0], entropy=[0.63, 0.0, 0.0, 0.0, 0.0])
-    said = [watch.observe({**row, LEARNING_RATE: 10.0}, iteration=i)
+    said = [watch.observe(nested({**row, "lr": 10.0}), iteration=i)
             for i, row in enumerate(history, start=1)]
     assert said[:3] == [None, None, None] and said[4] is None
     assert said[3] == (
