@@ -188,27 +188,20 @@ def test_a_record_missing_a_field_is_named(tmp_path):
         load_problems(path)
 
 
-def test_records_are_named_by_line_from_1_as_json_errors_and_editors_count(tmp_path):
-    # A blank line between: record 1 (from 0) was the file's line 3. JSON errors said line 3.
-    path = tmp_path / "p.jsonl"
-    path.write_text('{"prompt": "a", "answer": "1"}\n\n{"prompt": "", "answer": "2"}\n')
-    with pytest.raises(ValueError, match=r"^.*p.jsonl:3: prompt='' must be a non-empty string"):
-        load_problems(str(path))
-    path.write_text('{"prompt": "a", "answer": "1"}\n\n{"prompt": \n')
-    with pytest.raises(ValueError, match=r"p.jsonl:3 is not valid JSON"):
-        load_problems(str(path))
+@pytest.mark.parametrize(("name", "text", "message"), [
+    # A blank line between: the record numbered 1 from 0 was the file's line 3, which is what
+    # a JSON error in it says.
+    ("p.jsonl", '{"prompt": "a", "answer": "1"}\n\n{"prompt": "", "answer": "2"}\n',
+     r"^.*p.jsonl:3: prompt='' must be a non-empty string"),
+    ("p.jsonl", '{"prompt": "a", "answer": "1"}\n\n{"prompt": \n', r"p.jsonl:3 is not valid JSON"),
     # Without lines (a .json list, a parquet file, a datasets dataset): counted from 1 too.
-    json_path = tmp_path / "p.json"
-    json_path.write_text('[{"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": null}]')
-    with pytest.raises(ValueError, match=r"^record 2 of .*p.json: answer=None must be a string"):
-        load_problems(str(json_path))
-
-
-def test_empty_dataset(tmp_path):
-    path = tmp_path / "empty.jsonl"
-    path.write_text("\n")
-    with pytest.raises(ValueError, match=r"empty.jsonl has no problems; check the file or the"):
-        load_problems(str(path))
+    ("p.json", '[{"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": null}]',
+     r"^record 2 of .*p.json: answer=None must be a string"),
+])
+def test_records_are_named_from_1_as_json_errors_and_editors_count(tmp_path, name, text, message):
+    (tmp_path / name).write_text(text)
+    with pytest.raises(ValueError, match=message):
+        load_problems(str(tmp_path / name))
 
 
 @pytest.mark.parametrize(
