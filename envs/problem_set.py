@@ -20,12 +20,14 @@ from rllib_llm.envs.datasets import read_problems
 
 logger = logging.getLogger(__name__)
 
-# A token covers at most this many characters of a prompt, in any tokenizer we know with room to
-# spare: SentencePiece caps a piece at 16 by default (max_sentencepiece_length), and byte-level
-# BPE vocabularies' longest tokens are runs of spaces or punctuation well under 256 bytes (a
-# character is at least a byte). So a prompt of more than MAX_CHARS_PER_TOKEN * prompt_length
-# characters has more than prompt_length tokens (a chat template only adds to them): it is
-# dropped without being tokenized, which for one 100 MB prompt took minutes and 18 GB.
+# A ceiling on the characters of a prompt one token covers, chosen with room to spare:
+# SentencePiece caps a piece at 16 characters by default (max_sentencepiece_length); byte-level
+# BPE has no cap, but its long tokens are runs of spaces or punctuation, and a character is at
+# least one byte. (An assumption, not a measurement of every vocabulary: a tokenizer with longer
+# tokens would see a prompt made of them dropped, counted.) So a prompt of more than
+# MAX_CHARS_PER_TOKEN * prompt_length characters has more than prompt_length tokens (a chat
+# template only adds to them), and prompt_length is at most the model's context: it is dropped
+# without being tokenized, which for one 100 MB prompt took minutes and 18 GB.
 MAX_CHARS_PER_TOKEN = 256
 # A .jsonl line holds the prompt written as JSON, where a character takes at most 6 bytes
 # (`\u00e9`; `\ud83d\ude00` is 12 for two), beside the answer and any other fields, given 1 MiB.
