@@ -221,8 +221,9 @@ def _tokenize(tokenizer, problems: list[dict], prompt_length: int, source: str,
 def _untokenized_note(untokenized: int, prompt_length: int) -> str:
     if not untokenized:
         return ""
-    return (f" ({untokenized} of the dropped were over {max_prompt_chars(prompt_length)} "
-            f"characters, {MAX_CHARS_PER_TOKEN} per token, and not tokenized)")
+    return (f" ({untokenized} of the dropped were too long to tokenize: a prompt over "
+            f"{max_prompt_chars(prompt_length)} characters, {MAX_CHARS_PER_TOKEN} a token, or a "
+            f".jsonl line over {max_record_bytes(prompt_length)} bytes)")
 
 
 def check_dropped_share(

@@ -46,8 +46,9 @@ def test_a_prompt_too_long_for_any_tokenizer_is_dropped_without_tokenizing(tmp_p
     assert (len(problems.prompts), problems.num_dropped, problems.num_untokenized) == (9, 1, 1)
     assert max(tokenizer.lengths) == 4  # the long prompt never reached the tokenizer
     assert (f"dropped 1 of 10 prompts longer than prompt_length=4 tokens (or empty) (1 of the "
-            f"dropped were over {4 * MAX_CHARS_PER_TOKEN} characters, 256 per token, and not "
-            "tokenized)") in caplog.text
+            f"dropped were too long to tokenize: a prompt over {4 * MAX_CHARS_PER_TOKEN} "
+            f"characters, 256 a token, or a .jsonl line over {max_record_bytes(4)} bytes)") in \
+        caplog.text
 
 
 def test_a_line_too_long_to_hold_a_prompt_is_skipped_unread_and_counted(tmp_path, caplog):
