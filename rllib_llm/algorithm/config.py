@@ -22,7 +22,7 @@ from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
 from rllib_llm import core
-from rllib_llm.algorithm import config_rules
+from rllib_llm.algorithm import config_rules, config_types
 from rllib_llm.algorithm.config_rules import RLLIB_REPLACED, check_lr
 from rllib_llm.algorithm.fields import (
     ALIASES,
@@ -32,6 +32,10 @@ from rllib_llm.algorithm.fields import (
     check_field,
     did_you_mean,
 )
+
+# The sections (fields.py) whose settings `env_runners()` takes besides RLlib's own; every
+# setting is accepted by `training()`.
+ENV_RUNNER_SECTIONS = ("engine",)
 
 
 class RLVRConfig(AlgorithmConfig):
@@ -94,14 +98,11 @@ class RLVRConfig(AlgorithmConfig):
             setattr(self, key, value)
         return self
 
-    def env_runners(self, *, rollout_engine: str | None = None, **kwargs) -> RLVRConfig:
-        """RLlib's env_runners(), plus `rollout_engine` ('torch' or 'vllm'), the `vllm_*`
-        engine options, `max_tokens_per_generate_batch` and the `weight_sync_*` options
-        (fields.py)."""
-        if rollout_engine is not None:
-            self.rollout_engine = rollout_engine
-        ours = [k for k in kwargs if k in FIELDS_BY_NAME and (
-            k.startswith(("vllm_", "weight_sync_")) or k == "max_tokens_per_generate_batch")]
+    def env_runners(self, **kwargs) -> RLVRConfig:
+        """RLlib's env_runners(), plus the settings of the "engine" section (fields.py): the
+        rollout engine, its options and memory, and the weight sync to it."""
+        ours = [k for k in kwargs if k in FIELDS_BY_NAME
+                and FIELDS_BY_NAME[k].section in ENV_RUNNER_SECTIONS]
         for key in ours:
             setattr(self, key, kwargs.pop(key))
         super().env_runners(**kwargs)
@@ -297,6 +298,12 @@ class RLVRConfig(AlgorithmConfig):
             input_observation_space=input_observation_space,
             input_action_space=input_action_space,
         )
+
+
+# What IDEs, type checkers and help() read (the settings are set by a loop over FIELDS).
+RLVRConfig.__annotations__ = {**RLVRConfig.__dict__.get("__annotations__", {}),
+                              **config_types.annotations()}
+RLVRConfig.__doc__ = f"{RLVRConfig.__doc__}\n\n{config_types.settings_doc()}"
 
 
 @functools.cache

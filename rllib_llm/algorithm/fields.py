@@ -33,6 +33,25 @@ class Field:
     # The rule in an evaluation config (RLlib's `evaluation_config` overrides), where it differs:
     # evaluation only samples, so e.g. temperature 0 (greedy) is fine there.
     eval_rule: Rule | None = None
+    # The setting's type, where its default's type does not say it (a None default, a number
+    # that may be a float, or None allowed as well); `annotation_of` gives every field's.
+    annotation: str | None = None
+
+
+def annotation_of(field: Field) -> str:
+    """The type of `field`'s values, as Python source: its annotation, else its default's
+    type (what `RLVRConfig`'s annotations, its stub and `help()` show)."""
+    if field.annotation is not None:
+        return field.annotation
+    default = field.default
+    if isinstance(default, list):
+        items = sorted({type(item).__name__ for item in default})
+        return f"list[{' | '.join(items)}]" if items else "list[Any]"
+    if isinstance(default, dict):
+        return "dict[str, Any]"
+    if default is None:
+        raise ValueError(f"field {field.name!r} has a None default and no annotation")
+    return type(default).__name__
 
 
 def _is_number(v: Any) -> bool:
@@ -162,7 +181,8 @@ FIELDS: tuple[Field, ...] = (
           "runners receive merged weights.", non_negative_int, "model"),
     Field("lora_alpha", None,
           "LoRA's scale numerator: the adapters' output is multiplied by lora_alpha / lora_rank. "
-          "None = 2 * lora_rank (ROLL's default).", optional(positive), "model"),
+          "None = 2 * lora_rank (ROLL's default).", optional(positive), "model",
+          annotation='float | None'),
     Field("lora_target_modules", "all-linear",
           "Which linear layers get adapters: peft's 'all-linear' (every linear layer but the "
           "output head) or a list of module names, e.g. ['q_proj', 'v_proj'].",
@@ -191,7 +211,8 @@ FIELDS: tuple[Field, ...] = (
           "(counted: env_runners/num_dropped_prompts; the env refuses a data set that loses more "
           "than env_config['max_dropped_prompt_fraction']). None = the model's context, "
           "max_position_embeddings - response_length. prompt_length + response_length must fit "
-          "the model's max_position_embeddings.", optional(positive_int), "sampling"),
+          "the model's max_position_embeddings.", optional(positive_int), "sampling",
+          annotation='int | None'),
     Field("response_length", 16,
           "Most tokens the policy may generate per response (episode truncation).", positive_int,
           "sampling"),
@@ -214,7 +235,7 @@ FIELDS: tuple[Field, ...] = (
           "memory is bounded by this budget, not by rollout_batch_size. None = all rows at once. "
           "vLLM bounds its own KV cache (vllm_gpu_memory_utilization, "
           "vllm_kv_cache_memory_bytes): with rollout_engine='vllm' this is rejected.",
-          optional(positive_int), "engine"),
+          optional(positive_int), "engine", annotation='int | None'),
     Field("vllm_gpu_memory_utilization", 0.5,
           "vLLM: share of GPU memory for weights and KV cache (vLLM's gpu_memory_utilization); "
           "leave room for the learner when both share a GPU. On CPUs the KV cache is sized by "
@@ -222,7 +243,8 @@ FIELDS: tuple[Field, ...] = (
     Field("vllm_kv_cache_memory_bytes", None,
           "vLLM: fixed KV-cache size in bytes, overriding vllm_gpu_memory_utilization. None = "
           "512 MiB on CPUs (where vLLM would reserve a share of host RAM), sized from "
-          "vllm_gpu_memory_utilization on GPUs.", optional(positive_int), "engine"),
+          "vllm_gpu_memory_utilization on GPUs.", optional(positive_int), "engine",
+          annotation='int | None'),
     Field("vllm_tensor_parallel_size", 1,
           "vLLM: GPUs each engine shards the model over (vLLM's tensor_parallel_size).",
           positive_int, "engine"),
@@ -231,7 +253,7 @@ FIELDS: tuple[Field, ...] = (
           "slower decode. Set False on GPUs for throughput.", boolean, "engine"),
     Field("vllm_max_num_seqs", None,
           "vLLM: most sequences decoded at once (vLLM's max_num_seqs); None = vLLM's default.",
-          optional(positive_int), "engine"),
+          optional(positive_int), "engine", annotation='int | None'),
     Field("vllm_enable_sleep_mode", False,
           "vLLM: sleep between rollouts (level 1: weights to host RAM, KV cache freed) so a "
           "learner on the same GPU gets the memory back; woken for weight sync and sampling. "
@@ -244,15 +266,15 @@ FIELDS: tuple[Field, ...] = (
           "same broadcast over TCP, for CPU processes; on one machine the object store's shared "
           "memory is faster: 0.19 s against 1.0 s for a 135M model). The broadcasts need remote "
           "env runners (num_env_runners >= 1); see exchange/weight_broadcast.py.",
-          one_of(("object_store", "nccl", "gloo")), "processes"),
+          one_of(("object_store", "nccl", "gloo")), "engine"),
     Field("weight_sync_bucket_bytes", 256 * 2**20,
           "Broadcast weight sync: most bytes per broadcast call (tensors of one dtype are packed "
           "together up to this size; a larger tensor goes alone). Bounds the extra memory each "
-          "receiver needs during a sync.", positive_int, "processes"),
+          "receiver needs during a sync.", positive_int, "engine"),
     Field("weight_sync_timeout_s", 300.0,
           "Broadcast weight sync: seconds to wait for every process to join the group or finish "
           "a broadcast before failing; a failed broadcast falls back to 'object_store' for that "
-          "sync and the group is rebuilt.", positive, "processes"),
+          "sync and the group is rebuilt.", positive, "engine"),
     Field("recompute_old_logp", None,
           "Recompute old_logp with the learner's model before the first epoch, keeping the "
           "sampler's log-probs as rollout_logp (logged: rollout_kl_k1/k3). Without it old_logp "
@@ -268,13 +290,13 @@ FIELDS: tuple[Field, ...] = (
           "training needs rollout_is_level: the recomputed old_logp are the learner's current "
           "policy (AReaL's proximal policy), and the rollout importance weights pi_old / "
           "pi_behaviour are what corrects the lag then (decoupled PPO).",
-          optional(boolean), "off-policy"),
+          optional(boolean), "off-policy", annotation='bool | None'),
     Field("rollout_is_level", None,
           "Truncated importance weights pi_old / pi_rollout on the per-token pg loss, correcting "
           "the sampler/learner mismatch (verl's rollout_is; Yao et al. 2025, "
           "https://fengyao.notion.site/off-policy-rl): 'token', 'sequence', or None = off. "
           "Needs recompute_old_logp.", optional(one_of(_core_tuple("ROLLOUT_IS_LEVELS"))),
-          "off-policy"),
+          "off-policy", annotation='str | None'),
     Field("rollout_is_threshold", 2.0,
           "Cap C of the rollout importance weights (verl's rollout_is_threshold).", positive,
           "off-policy"),
@@ -285,13 +307,15 @@ FIELDS: tuple[Field, ...] = (
           "('token'), the response's product ('sequence') or its geometric mean ('geometric'), "
           "the last two dropping whole responses. None = off. Combines with rollout_is_level "
           "(token weights + 'geometric' = seq-mask-tis). Needs recompute_old_logp.",
-          optional(one_of(_core_tuple("ROLLOUT_RS_LEVELS"))), "off-policy"),
+          optional(one_of(_core_tuple("ROLLOUT_RS_LEVELS"))), "off-policy",
+          annotation='str | None'),
     Field("rollout_rs_threshold", 2.0,
           "The largest ratio rollout_rs_level keeps, > 1 (verl's rollout_rs_threshold).",
           positive, "off-policy"),
     Field("rollout_rs_threshold_lower", None,
           "The smallest ratio rollout_rs_level keeps, in (0, 1); None = 1 / rollout_rs_threshold "
-          "(verl's rollout_rs_threshold_lower).", optional(positive), "off-policy"),
+          "(verl's rollout_rs_threshold_lower).", optional(positive), "off-policy",
+          annotation='float | None'),
     Field("async_generation_ratio", 0,
           "Asynchronous training (ROLL's name): with k >= 1 the remote env runners keep "
           "generating up to k batches ahead of the learner with the weights they hold, while it "
@@ -311,7 +335,8 @@ FIELDS: tuple[Field, ...] = (
           "async_generation_ratio (+ partial_rollout_max_split when over 1), the lag the "
           "pipeline itself produces; values below async_generation_ratio are "
           "rejected (every batch would be dropped). Larger ones tolerate runners that fall "
-          "behind (a failed weight push).", optional(non_negative_int), "off-policy"),
+          "behind (a failed weight push).", optional(non_negative_int), "off-policy",
+          annotation='int | None'),
     Field("partial_rollout_max_split", 1,
           "Partial rollouts (verl's, OpenRLHF's and slime's partial_rollout; MindSpeed-RL's "
           "name): N >= 2 generates each response in segments of at most ceil(response_length / "
@@ -330,7 +355,7 @@ FIELDS: tuple[Field, ...] = (
           "they run there (None = torch's default, one per core). Measured on 2 cores: one "
           "thread is 13x faster for the embedded demo, whose learner and sampler share the "
           "cores; raise it for a large model on a many-core CPU.", optional(positive_int),
-          "processes"),
+          "processes", annotation='int | None'),
     # --- optimisation ---------------------------------------------------------------------------
     Field("ppo_epochs", 1,
           "Passes over each rollout batch (RLlib's num_epochs is accepted as an alias). Optimizer "
@@ -342,7 +367,7 @@ FIELDS: tuple[Field, ...] = (
           "Mini-batches hold whole prompt groups: a multiple of num_return_sequences_in_group "
           "that divides rollout_batch_size * num_return_sequences_in_group. Each epoch sees every "
           "response once; RLlib's shuffle_batch_per_epoch shuffles the groups' order per epoch.",
-          optional(positive_int), "optimisation"),
+          optional(positive_int), "optimisation", annotation='int | None'),
     Field("max_tokens_per_micro_batch", DEFAULT_MICRO_BATCH_TOKENS,
           "Most tokens per forward/backward pass of the learner, and per no-grad scoring pass "
           "(old and reference log-probs, values): responses are sorted by length and packed "
@@ -352,12 +377,12 @@ FIELDS: tuple[Field, ...] = (
           "ppo_max_token_len_per_gpu, ROLL's dynamic batching). Losses are normalised by "
           "whole-mini-batch counts: this changes memory and speed, not the update. One sequence "
           "longer than the budget is a micro-batch alone. None = no token bound.",
-          optional(positive_int), "optimisation"),
+          optional(positive_int), "optimisation", annotation='int | None'),
     Field("micro_batch_size", None,
           "Most responses per forward/backward pass inside a mini-batch (gradient accumulation), "
           "on top of max_tokens_per_micro_batch: both bounds hold. Losses are normalised by "
           "whole-mini-batch counts, so this changes memory, not the update. None = no row bound.",
-          optional(positive_int), "optimisation"),
+          optional(positive_int), "optimisation", annotation='int | None'),
     Field("autocast_dtype", None,
           "Mixed precision on learners: their forward and backward passes (training and "
           "scoring) run under torch.autocast in this dtype while the weights, gradients and "
@@ -366,7 +391,7 @@ FIELDS: tuple[Field, ...] = (
           "AVX512-BF16 (benchmarks/RESULTS.md, \"Faster than TRL\"); env runners sample in "
           "model_dtype. Needs model_dtype='float32' and a torch learner (DeepSpeed: set "
           "model_dtype='bfloat16', DeepSpeed's own bf16 with float32 master weights).",
-          optional(one_of(("bfloat16",))), "optimisation"),
+          optional(one_of(("bfloat16",))), "optimisation", annotation='str | None'),
     Field("fused_optimizer", False,
           "Adam's step as one fused kernel over all parameters (torch.optim.Adam(fused=True), "
           "the kernel of Hugging Face Trainer's default optim 'adamw_torch_fused', which TRL "
@@ -393,12 +418,13 @@ FIELDS: tuple[Field, ...] = (
     Field("loss_agg_norm_length", None,
           "norm_length of seq-mean-token-sum-norm (Dr. GRPO's constant); None = "
           "response_length, the same in every batch.",
-          optional(positive_int), "loss"),
+          optional(positive_int), "loss", annotation='int | None'),
     Field("pg_clip", 0.2, "PPO/GSPO ratio clip epsilon.", positive, "loss"),
-    Field("pg_clip_low", None, "Lower clip epsilon; None = pg_clip.", optional(positive), "loss"),
+    Field("pg_clip_low", None, "Lower clip epsilon; None = pg_clip.", optional(positive), "loss",
+          annotation='float | None'),
     Field("pg_clip_high", None,
           "Upper clip epsilon; None = pg_clip (clip-higher, DAPO: 0.28).", optional(positive),
-          "loss"),
+          "loss", annotation='float | None'),
     Field("dual_clip_loss", False,
           "Dual-clip PPO (arXiv:1912.09729): for A < 0 bound the loss by -dual_clip_c * A.",
           boolean, "loss"),
@@ -492,8 +518,9 @@ FIELDS: tuple[Field, ...] = (
     Field("init_kl_coef", 0.2, "beta of the KL-in-reward (initial value when adaptive).",
           non_negative, "kl"),
     Field("target_kl", None, "Adaptive beta's target KL; None = fixed beta.", optional(positive),
-          "kl"),
-    Field("kl_horizon", 10000, "Adaptive beta's horizon in steps.", positive, "kl"),
+          "kl", annotation='float | None'),
+    Field("kl_horizon", 10000, "Adaptive beta's horizon in steps.", positive, "kl",
+          annotation='float'),
     # --- on-policy distillation -----------------------------------------------------------------
     Field("teacher_model_name_or_path", None,
           "On-policy distillation (Thinking Machines' on-policy distillation; the sampled-token "
@@ -512,7 +539,7 @@ FIELDS: tuple[Field, ...] = (
           "in model_dtype, frozen, in eval mode, and left out of checkpoints (it is loaded from "
           "here again). Logged: learners/default_policy/distillation_reverse_kl, the mean per "
           "response token. None = off. Needs a critic-free adv_estimator and "
-          "learner_strategy='torch'.", optional(text), "distillation"),
+          "learner_strategy='torch'.", optional(text), "distillation", annotation='str | None'),
     Field("distillation_coef", 1.0,
           "Weight of the teacher's per-token term in each token's advantage (Tinker's "
           "kl_penalty_coef). It is added after the estimator's own normalisation, whitening and "
@@ -547,7 +574,8 @@ FIELDS: tuple[Field, ...] = (
           "verifier_score_mean falls (a 76%-accurate classifier took held-out accuracy from "
           "32% to 4%, benchmarks/RESULTS.md, 'Reward models'). A worker that fails or returns "
           "a non-finite score stops training with an error naming it, before the update. "
-          "None = off (the verifier's reward alone).", optional(text), "reward model"),
+          "None = off (the verifier's reward alone).", optional(text), "reward model",
+          annotation='str | None'),
     Field("reward_model_type", "classifier",
           "'classifier': an AutoModelForSequenceClassification reads prompt + response and "
           "scores it with its logit (1 label: a scalar reward model, as TRL, OpenRLHF and verl "
@@ -584,12 +612,12 @@ FIELDS: tuple[Field, ...] = (
           "reward model"),
     Field("num_cpus_per_reward_worker", 1,
           "CPUs Ray reserves for each reward worker (an actor's num_cpus). Only with "
-          "reward_model_name_or_path.", non_negative, "reward model"),
+          "reward_model_name_or_path.", non_negative, "reward model", annotation='float'),
     Field("num_gpus_per_reward_worker", 0,
           "GPUs Ray reserves for each reward worker (an actor's num_gpus); the worker then "
           "scores on its GPU. A cluster without the GPUs asked for is refused when the "
           "algorithm is built. Only with reward_model_name_or_path.", non_negative,
-          "reward model"),
+          "reward model", annotation='float'),
     Field("reward_model_batch_size", 64,
           "Responses per forward pass of a reward worker (verl's "
           "reward_model.micro_batch_size_per_gpu): memory, not results. Only with "
@@ -608,22 +636,22 @@ FIELDS: tuple[Field, ...] = (
           "Decoupled GAE (VC-PPO, arXiv:2503.01491): lambda of the critic's returns, while the "
           "actor's advantages keep lambd. VC-PPO and VAPO use 1.0 (unbiased value targets over a "
           "long horizon) with lambd 0.95. None = lambd (coupled). gae only.",
-          optional(unit_interval), "critic"),
+          optional(unit_interval), "critic", annotation='float | None'),
     Field("length_adaptive_alpha", None,
           "Length-adaptive GAE (VAPO, arXiv:2504.05118): the actor's lambda per response is "
           "clamp(1 - 1/(alpha * l), 0, 1), l = its generated tokens, replacing lambd. VAPO uses "
           "0.05, made for responses of hundreds of tokens (a 6-token response gets lambda 0). "
-          "None = off. gae only.", optional(positive), "critic"),
+          "None = off. gae only.", optional(positive), "critic", annotation='float | None'),
     Field("reward_clip", None, "Clamp scores to +-reward_clip; None = off.", optional(positive),
-          "advantage"),
+          "advantage", annotation='float | None'),
     Field("norm_mean_type", None, "Subtract the 'batch', 'group' or 'running' score mean.",
-          optional(one_of(_core_names("norm_type"))), "advantage"),
+          optional(one_of(_core_names("norm_type"))), "advantage", annotation='str | None'),
     Field("norm_std_type", None, "Divide by the 'batch', 'group' or 'running' score std.",
-          optional(one_of(_core_names("norm_type"))), "advantage"),
+          optional(one_of(_core_names("norm_type"))), "advantage", annotation='str | None'),
     Field("whiten_advantages", True, "Whiten advantages over the batch's mask tokens.", boolean,
           "advantage"),
     Field("advantage_clip", 2.0, "Clamp advantages to +-advantage_clip; None = off.",
-          optional(positive), "advantage"),
+          optional(positive), "advantage", annotation='float | None'),
     Field("dynamic_sampling", False,
           "DAPO's dynamic sampling (verl's algorithm.filter_groups): sample again until "
           "rollout_batch_size prompt groups whose final rewards differ are held (a group "
@@ -642,7 +670,7 @@ FIELDS: tuple[Field, ...] = (
           "to -factor over the last L_cache tokens before response_length. None = off; at most "
           "response_length; 'auto' = the paper's share, a fifth of response_length (4,096 of "
           "20,480), at least 1, following response_length when it changes.",
-          overlong_buffer, "advantage"),
+          overlong_buffer, "advantage", annotation='int | str | None'),
     Field("overlong_penalty_factor", 1.0,
           "The overlong punishment at response_length (verl's overlong_buffer.penalty_factor); "
           "used only with overlong_buffer_len.", non_negative, "advantage"),
@@ -655,12 +683,12 @@ FIELDS: tuple[Field, ...] = (
     Field("value_clip", None,
           "PPO value clipping: the value loss is max((V - R)^2, (V_clip - R)^2) / 2 with V_clip = "
           "V_old + clip(V - V_old, +-value_clip). None = plain (V - R)^2 / 2.",
-          optional(positive), "critic"),
+          optional(positive), "critic", annotation='float | None'),
     Field("critic_model_name_or_path", None,
           "Checkpoint the critic's trunk starts from: None = the policy's (model_name_or_path); "
           "or another causal LM, or a reward model (a *ForSequenceClassification checkpoint with "
           "one label, whose score head then initialises the value head). The value head of a "
-          "causal LM starts at zero (V = 0).", optional(text), "critic"),
+          "causal LM starts at zero (V = 0).", optional(text), "critic", annotation='str | None'),
     Field("critic_shares_trunk", False,
           "True: the value head sits on the policy's own trunk (one model, half the memory; the "
           "value loss, scaled by value_loss_coef, also trains the trunk). False: a separate value "
@@ -669,7 +697,7 @@ FIELDS: tuple[Field, ...] = (
     Field("critic_lr", None,
           "Learning rate of the critic's own Adam optimizer (a number or a schedule like lr); "
           "None = lr. VAPO: critic 2e-6, actor 1e-6. With a shared trunk it trains the value head "
-          "and the trunk follows lr.", None, "critic"),
+          "and the trunk follows lr.", None, "critic", annotation='float | list | None'),
     Field("value_loss_coef", 1.0,
           "Weight of the value loss where it meets the actor loss: a shared trunk "
           "(critic_shares_trunk=True). A separate critic has an optimizer of its own, so there "
@@ -693,7 +721,7 @@ FIELDS: tuple[Field, ...] = (
           ".jsonl/.json/.parquet "
           "file, or a Hugging Face dataset name or directory (read at eval_split). A local file is "
           "one split, so training on one needs an eval_dataset of its own: evaluation refuses to "
-          "score the training problems.", optional(text), "evaluation"),
+          "score the training problems.", optional(text), "evaluation", annotation='Any'),
     Field("eval_split", "test",
           "Split of the held-out problems (ignored for local files).", text, "evaluation"),
     Field("eval_num_problems", 200,
@@ -794,8 +822,8 @@ def check_field(name: str, value: Any, *, in_evaluation: bool = False) -> None:
 SECTIONS = {
     "model": "Model",
     "sampling": "Sampling: prompts, responses per prompt, lengths, temperature",
-    "engine": "Rollout engine (torch or vLLM) and its memory",
-    "processes": "Processes: weight sync and threads",
+    "engine": "Rollout engine (torch or vLLM), its memory, and the weight sync to it",
+    "processes": "Processes: threads",
     "off-policy": "Off-policy: recomputed log-probs, rollout importance sampling, asynchrony",
     "optimisation": "Optimisation: epochs, mini- and micro-batches, memory",
     "learners": "Learners: DeepSpeed ZeRO",

@@ -48,7 +48,6 @@ from rllib_llm.exchange.columns import (
     VALUE_TARGETS,
     VALUES,
 )
-# The forward output (per token); ENTROPY below names the metric of its aggregate.
 from rllib_llm.exchange.columns import ENTROPY as ENTROPY_OUT
 from rllib_llm.exchange.devices import IS_GPU, announce, is_gpu, module_device, require_visible_gpu
 from rllib_llm.exchange.threads import set_torch_threads
@@ -60,7 +59,7 @@ from rllib_llm.learner.step_metrics import StepMetrics
 # Metric names the learner logs per module (besides the pg variant's own metrics).
 PG_LOSS = "pg_loss"
 KL_LOSS = "kl_loss"
-ENTROPY = "entropy"
+ENTROPY = "entropy"  # the aggregate of the forward output ENTROPY_OUT
 POSITIVE_NLL = "positive_nll_loss"
 POSITIVE_LOSS = "positive_loss"  # ROLL's postive_loss (positive_loss_coef)
 TOPR_NEG_LOSS = "topr_neg_loss"  # ROLL's topr_neg_loss (use_topr_neg_loss_coef)
