@@ -91,7 +91,7 @@ class RLVRConfig(AlgorithmConfig):
                 hint = did_you_mean(key, [*FIELDS_BY_NAME, *ALIASES, *rllib_params])
                 raise ValueError(
                     f"RLVRConfig.training() got an unknown setting {key!r}.{hint} Settings are "
-                    "listed in rllib_llm/algorithm/fields.py and the README."
+                    "listed in rllib_llm/algorithm/fields.py and docs/SETTINGS.md."
                 )
         super().training(**kwargs)
         for key, value in ours.items():

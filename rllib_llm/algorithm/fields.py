@@ -1,7 +1,7 @@
 """Every RLVR training setting, declared once: name, default, documentation and rule.
 
-This table is the single source for `RLVRConfig`'s attributes, its `validate()`, the README's
-settings reference and the CLI's `--help`. Names and defaults follow ROLL's PPO-family
+This table is the single source for `RLVRConfig`'s attributes, its `validate()`, the settings
+reference (docs/SETTINGS.md) and the CLI's `--help`. Names and defaults follow ROLL's PPO-family
 `RLVRConfig` and the papers each doc names; where we differ from ROLL the doc says why.
 """
 
@@ -817,7 +817,7 @@ def check_field(name: str, value: Any, *, in_evaluation: bool = False) -> None:
         raise ValueError(f"RLVRConfig.{name}={value!r} is invalid: it {why}.")
 
 
-# The sections settings are grouped under for readers (the README's reference, `--help`), in
+# The sections settings are grouped under for readers (docs/SETTINGS.md, `--help`), in
 # order: each Field's `section` is one of these keys.
 SECTIONS = {
     "model": "Model",
@@ -844,7 +844,7 @@ def fields_by_section() -> dict[str, list[Field]]:
 
 
 def reference_markdown() -> str:
-    """The settings reference, one Markdown table per section (for the README)."""
+    """The settings reference, one Markdown table per section (for docs/SETTINGS.md)."""
     parts = []
     for title, fields in fields_by_section().items():
         rows = [f"#### {title}", "", "| field | default | meaning |", "|---|---|---|"]

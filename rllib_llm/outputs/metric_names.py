@@ -3,7 +3,7 @@
 CSV/TensorBoard loggers flatten it (nested dicts joined by "/"), and they stay stable: a rename
 keeps the old name working until the next major version.
 
-`python -m rllib_llm.outputs.metric_names` prints the table (the README's "Metric names" section).
+`python -m rllib_llm.outputs.metric_names` prints the table (docs/SETTINGS.md's "Metric names").
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ METRICS: Mapping[str, str] = MappingProxyType({
 
 
 def metrics_markdown() -> str:
-    """The table of stable metric names (README and `rllib-llm --help`)."""
+    """The table of stable metric names (docs/SETTINGS.md and `rllib-llm --help`)."""
     rows = ["| metric | meaning |", "|---|---|"]
     rows += [f"| `{name}` | {doc} |" for name, doc in METRICS.items()]
     return "\n".join(rows)

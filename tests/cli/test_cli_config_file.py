@@ -321,11 +321,12 @@ def test_a_sweep_needs_a_search_space_and_checks_every_grid_value(tmp_path, caps
                  "--run-dir", str(tmp_path / "s")]) == 0
 
 
-def test_the_readme_settings_reference_is_generated_from_the_same_tables():
-    from rllib_llm.cli.settings_reference import readme_block
+def test_the_settings_reference_is_generated_from_the_same_tables():
+    from rllib_llm.cli.settings_reference import reference_block
 
-    readme = (EXAMPLES.parent / "README.md").read_text()
-    assert readme_block() in readme, "run: python -m rllib_llm.cli.settings_reference --readme README.md"
+    reference = (EXAMPLES.parent / "docs" / "SETTINGS.md").read_text()
+    assert reference_block() in reference, \
+        "run: python -m rllib_llm.cli.settings_reference --write docs/SETTINGS.md"
 
 
 @pytest.mark.parametrize(("sections", "expected"), [
