@@ -54,17 +54,17 @@ def annotation_of(field: Field) -> str:
     return type(default).__name__
 
 
-def _is_number(v: Any) -> bool:
+def is_number(v: Any) -> bool:
     """A finite int or float (not a bool): inf and nan are never a valid setting."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def positive(v: Any) -> str | None:
-    return None if _is_number(v) and v > 0 else "must be a number > 0"
+    return None if is_number(v) and v > 0 else "must be a number > 0"
 
 
 def non_negative(v: Any) -> str | None:
-    return None if _is_number(v) and v >= 0 else "must be a number >= 0"
+    return None if is_number(v) and v >= 0 else "must be a number >= 0"
 
 
 def positive_int(v: Any) -> str | None:
@@ -95,11 +95,11 @@ def training_temperature(v: Any) -> str | None:
 
 
 def unit_interval(v: Any) -> str | None:
-    return None if _is_number(v) and 0 <= v <= 1 else "must be a number in [0, 1]"
+    return None if is_number(v) and 0 <= v <= 1 else "must be a number in [0, 1]"
 
 
 def open_unit_interval(v: Any) -> str | None:
-    return None if _is_number(v) and 0 < v <= 1 else "must be a number in (0, 1]"
+    return None if is_number(v) and 0 < v <= 1 else "must be a number in (0, 1]"
 
 
 def boolean(v: Any) -> str | None:
@@ -430,7 +430,7 @@ FIELDS: tuple[Field, ...] = (
           boolean, "loss"),
     Field("dual_clip_c", 3.0,
           "Dual-clip constant c (> 1). ROLL uses 1 + 2 * pg_clip; we follow the paper.",
-          lambda v: None if _is_number(v) and v > 1 else "must be a number > 1",
+          lambda v: None if is_number(v) and v > 1 else "must be a number > 1",
           "variant parameters"),
     Field("tis_lower_bound", 0.0, "TIS: lower truncation of the importance ratio.",
           non_negative, "variant parameters"),
@@ -602,7 +602,7 @@ FIELDS: tuple[Field, ...] = (
           "[0, 1] trains on the model's reward alone. Both >= 0, not both 0. Only with "
           "reward_model_name_or_path.",
           lambda v: None if isinstance(v, (list, tuple)) and len(v) == 2 and all(
-              _is_number(w) and w >= 0 for w in v) and any(w > 0 for w in v)
+              is_number(w) and w >= 0 for w in v) and any(w > 0 for w in v)
           else "must be two numbers >= 0, not both 0: [verifier, reward model]",
           "reward model"),
     Field("num_reward_workers", 1,
