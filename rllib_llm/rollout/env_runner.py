@@ -34,7 +34,15 @@ from ray.rllib.utils.framework import get_device
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_NO
 
 from rllib_llm.exchange.columns import PROMPT_IDS, PROMPT_INDEX
-from rllib_llm.exchange.devices import IS_GPU, announce, is_gpu, module_device, require_visible_gpu
+from rllib_llm.exchange.devices import (
+    IS_GPU,
+    announce,
+    device_default,
+    is_gpu,
+    module_device,
+    require_visible_gpu,
+)
+from rllib_llm.exchange.memory_budgets import generate_budget
 from rllib_llm.exchange.threads import set_torch_threads
 from rllib_llm.rollout.engine import SamplingParams
 from rllib_llm.rollout.evaluation import (
@@ -212,15 +220,23 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
                 gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
                 kv_cache_memory_bytes=cfg.vllm_kv_cache_memory_bytes,
                 tensor_parallel_size=cfg.vllm_tensor_parallel_size,
-                enforce_eager=cfg.vllm_enforce_eager,
+                enforce_eager=device_default(cfg.vllm_enforce_eager, self._device,
+                                             gpu=False, cpu=True),  # CUDA graphs on a GPU
                 max_num_seqs=cfg.vllm_max_num_seqs,
                 enable_sleep_mode=cfg.vllm_enable_sleep_mode,
             )
         from rllib_llm.rollout.torch_engine import TorchRolloutEngine
 
+        # Sized for the device the engine computes on, now that the model is there.
+        budget, sized = generate_budget(cfg.max_tokens_per_generate_batch, self._device,
+                                        self.module.model, cfg.device_memory_share)
+        if sized:
+            who = f"env runner {self.worker_index}" if self.worker_index else \
+                "the driver's env runner"
+            announce(f"{who}'s torch engine", self._device, sized)
         return TorchRolloutEngine(
             self.module.model, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-            device=self._device, max_tokens_per_batch=cfg.max_tokens_per_generate_batch,
+            device=self._device, max_tokens_per_batch=budget,
         )
 
     def _sampling(self) -> SamplingParams:
