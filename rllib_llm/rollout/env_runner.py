@@ -42,7 +42,7 @@ from rllib_llm.exchange.devices import (
     module_device,
     require_visible_gpu,
 )
-from rllib_llm.exchange.memory_budgets import generate_budget
+from rllib_llm.exchange.memory_budgets import AUTO, generate_budget
 from rllib_llm.exchange.threads import set_torch_threads
 from rllib_llm.rollout.engine import SamplingParams
 from rllib_llm.rollout.evaluation import (
@@ -210,10 +210,16 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
 
     def _make_engine(self):
         cfg, tok = self.config, self.env.tokenizer
+        who = f"env runner {self.worker_index}" if self.worker_index else "the driver's env runner"
         if cfg.rollout_engine == "vllm":
             from rllib_llm.models import resolve_path
             from rllib_llm.rollout.vllm_engine import VLLMRolloutEngine
 
+            # "auto": CUDA graphs on a GPU, eager on a CPU.
+            eager = device_default(cfg.vllm_enforce_eager, self._device, gpu=False, cpu=True)
+            if cfg.vllm_enforce_eager == AUTO and self._device.type == "cuda":
+                announce(f"{who}'s vLLM engine", self._device,
+                         f"vllm_enforce_eager={eager} (auto: CUDA graphs)")
             return VLLMRolloutEngine(
                 resolve_path(cfg.model_name_or_path),
                 eos_token_id=tok.eos_token_id,
@@ -222,8 +228,7 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
                 gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
                 kv_cache_memory_bytes=cfg.vllm_kv_cache_memory_bytes,
                 tensor_parallel_size=cfg.vllm_tensor_parallel_size,
-                enforce_eager=device_default(cfg.vllm_enforce_eager, self._device,
-                                             gpu=False, cpu=True),  # CUDA graphs on a GPU
+                enforce_eager=eager,
                 max_num_seqs=cfg.vllm_max_num_seqs,
                 enable_sleep_mode=cfg.vllm_enable_sleep_mode,
             )
@@ -233,8 +238,6 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         budget, sized = generate_budget(cfg.max_tokens_per_generate_batch, self._device,
                                         self.module.model, cfg.device_memory_share)
         if sized:
-            who = f"env runner {self.worker_index}" if self.worker_index else \
-                "the driver's env runner"
             announce(f"{who}'s torch engine", self._device, sized)
         return TorchRolloutEngine(
             self.module.model, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
