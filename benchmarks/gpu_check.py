@@ -322,7 +322,8 @@ def metric(result: dict, key: str, default=None):
 
 def phase_times(result: dict) -> dict:
     """Where one update's time went, in seconds, from its result: the env runner's sample call
-    by part (rollout/sample_metrics.py) and the driver's timers."""
+    by part (rollout/sample_metrics.py) and the driver's timers. All but the runner's weight
+    load (which the driver does not wait for) add up to the driver's timers."""
     from rllib_llm.outputs import metric_names as m
     from rllib_llm.rollout.sample_metrics import WEIGHT_LOAD_S
 
@@ -402,11 +403,14 @@ def run_ours(sizes: Sizes, path: str, ray_address: str, overrides: dict) -> dict
                 on_runners(algo, reset_peak_memory, local=False)
             start = time.perf_counter()
             result = algo.train()
-            rows.append({"update_s": time.perf_counter() - start,
-                         "sample_s": metric(result, TIME_SAMPLE_S),
+            update_s = time.perf_counter() - start
+            phases = phase_times(result)
+            # The driver's time outside its three timers (metrics, results, bookkeeping).
+            phases["rest of the update (driver)"] = update_s - metric(result, TIME_SAMPLE_S) \
+                - phases["learn"] - phases["weight sync (driver)"]
+            rows.append({"update_s": update_s, "sample_s": metric(result, TIME_SAMPLE_S),
                          "learn_s": metric(result, TIME_LEARN_S),
-                         "response_tokens": metric(result, RESPONSE_LENGTH),
-                         "phases": phase_times(result)})
+                         "response_tokens": metric(result, RESPONSE_LENGTH), "phases": phases})
         learner = algo.learner_group.foreach_learner(peak_memory).result_or_errors[0].get()
         memory = {"learner (driver)": learner,
                   **dict(on_runners(algo, runner_peak_memory, local=False))}
