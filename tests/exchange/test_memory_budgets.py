@@ -182,6 +182,18 @@ def test_the_learner_module_on_a_gpu_sizes_its_budget_and_checkpoints():
                            f"{expected} (auto: 45% of ")
 
 
+def test_a_separate_critic_is_trained_memory_and_checkpointed_too():
+    gae = dict(adv_estimator="gae", num_return_sequences_in_group=1)
+    module = RLVRModule(**SPACES, model_config=embedded_config(
+        "ppo", **(SMALL | gae)).get_default_rl_module_spec().model_config)
+    module.size_for_device(0.45, free_bytes=20 * GIB)
+    assert module.critic.trunk.is_gradient_checkpointing and module.model.is_gradient_checkpointing
+    shape = mb.model_shape(module.model, others=[module.critic], trained=True)
+    assert shape.trained_bytes == shape.weight_bytes > mb.model_shape(module.model).weight_bytes
+    assert module.micro_batch_tokens == mb.budgets_for_device(
+        20 * GIB + shape.weight_bytes, 0.45, shape, gradient_checkpointing=True)[1]
+
+
 def test_explicit_learner_settings_win_on_a_gpu():
     module = learner_module(max_tokens_per_micro_batch=512, gradient_checkpointing=False)
     assert module.size_for_device(0.45, free_bytes=80 * GIB) == ""
