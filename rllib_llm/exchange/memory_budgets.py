@@ -137,6 +137,7 @@ def model_shape(model, *, others=(), trained: bool = False) -> ModelShape:
     reference model, a critic). `trained`: the optimizer trains the parameters that require a
     gradient (a learner); else nothing (an engine)."""
     cfg = model.config
+    cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg  # (multimodal)
     heads = cfg.num_attention_heads
     hidden = cfg.hidden_size
     params = {id(p): p for m in (model, *others) for p in m.parameters()}.values()
