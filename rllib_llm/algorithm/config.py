@@ -13,7 +13,6 @@ derived from others and the rules that tie several together (`config_rules.py`).
 from __future__ import annotations
 
 import copy
-import difflib
 import functools
 import inspect
 from typing import Any
@@ -31,6 +30,7 @@ from rllib_llm.algorithm.fields import (
     FIELDS_BY_NAME,
     alias_note,
     check_field,
+    did_you_mean,
 )
 
 
@@ -84,8 +84,7 @@ class RLVRConfig(AlgorithmConfig):
                     )
                 ours[name], given_as[name] = kwargs.pop(key), key
             elif key not in rllib_params:
-                close = difflib.get_close_matches(key, [*FIELDS_BY_NAME, *ALIASES], n=3)
-                hint = f" Did you mean {', '.join(close)}?" if close else ""
+                hint = did_you_mean(key, [*FIELDS_BY_NAME, *ALIASES, *rllib_params])
                 raise ValueError(
                     f"RLVRConfig.training() got an unknown setting {key!r}.{hint} Settings are "
                     "listed in rllib_llm/algorithm/fields.py and the README."

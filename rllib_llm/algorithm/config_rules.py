@@ -5,7 +5,6 @@ settings and a fix; `check_all` runs them in order after every field passed its 
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
 import math
 from typing import Any
@@ -16,6 +15,7 @@ from rllib_llm.algorithm.distillation_checks import check_distillation
 from rllib_llm.algorithm.fields import (
     ALIASES,
     FIELDS_BY_NAME,
+    did_you_mean,
     non_negative_int,
     refuse_changed,
     rule_broken,
@@ -101,7 +101,15 @@ def check_model(cfg) -> None:
 
 
 def check_rllib_settings(cfg) -> None:
-    """RLlib's own settings that RLVR reads (grad_clip) or replaces."""
+    """RLlib's own settings that RLVR reads (grad_clip, num_env_runners) or replaces."""
+    # RLlib takes any number here: -1 trained, sampling in the driver as 0 does.
+    why = non_negative_int(cfg.num_env_runners)
+    if why is not None:
+        raise ValueError(
+            f"RLVRConfig.num_env_runners={cfg.num_env_runners!r} is invalid: it {why} (0 samples "
+            "in the driver process, N >= 1 in N remote env runners); set "
+            ".env_runners(num_env_runners=0) to sample in the driver."
+        )
     if cfg.grad_clip is not None and not (_finite(cfg.grad_clip) and cfg.grad_clip > 0):
         raise ValueError(
             f"RLVRConfig.grad_clip={cfg.grad_clip!r} is invalid: it must be a number > 0 "
@@ -393,10 +401,9 @@ def check_evaluation_config_keys(cfg, overrides: dict[str, Any]) -> None:
             continue
         names = list(dict.fromkeys([*FIELDS_BY_NAME, *ALIASES,
                                     *(k for k in known if not k.startswith("_"))]))
-        close = difflib.get_close_matches(key, names, n=3)
-        hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise ValueError(
-            f"RLVRConfig.evaluation_config has an unknown setting {key!r}.{hint} It takes "
+            f"RLVRConfig.evaluation_config has an unknown setting {key!r}."
+            f"{did_you_mean(key, names)} It takes "
             "RLVRConfig's settings (rllib_llm/algorithm/fields.py) and RLlib's."
         )
 

@@ -7,8 +7,9 @@ settings reference and the CLI's `--help`. Names and defaults follow ROLL's PPO-
 
 from __future__ import annotations
 
+import difflib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -753,6 +754,37 @@ ALIAS_ORIGINS: dict[str, str] = {
     "max_new_tokens": "ROLL's name", "postive_loss_coef": "ROLL's spelling",
     "num_epochs": "RLlib's name",
 }
+
+
+# What other libraries call a setting, for the did-you-mean hint only (not accepted: each would
+# be a second name to document). In letters "learning_rat" is closer to learner_strategy than
+# to lr; through "learning_rate" it finds lr.
+USUAL_NAMES: dict[str, str] = {
+    "learning_rate": "lr",  # transformers' TrainingArguments, TRL
+    "clip_ratio": "pg_clip",  # verl
+    "clip_range": "pg_clip",  # Stable-Baselines3
+    "clip_coef": "pg_clip",  # CleanRL
+    "cliprange": "pg_clip",  # TRL's PPOTrainer
+    "ent_coef": "entropy_coef",  # CleanRL, Stable-Baselines3
+    "num_generations": "num_return_sequences_in_group",  # TRL's GRPOTrainer
+    "max_completion_length": "response_length",  # TRL
+    "max_prompt_length": "prompt_length",  # TRL
+}
+
+
+def close_names(key: str, known: Iterable[str]) -> list[str]:
+    """Up to three names of `known` that `key` may have meant, best first: close in spelling to
+    the name, or to another library's name for it (USUAL_NAMES)."""
+    known = list(dict.fromkeys(known))
+    usual = {name: meant for name, meant in USUAL_NAMES.items() if meant in known}
+    matches = difflib.get_close_matches(key, [*known, *usual], n=6)
+    return list(dict.fromkeys(usual.get(m, m) for m in matches))[:3]
+
+
+def did_you_mean(key: str, known: Iterable[str]) -> str:
+    """" Did you mean a, b?" for `close_names`, or "" when none is close."""
+    close = close_names(key, known)
+    return f" Did you mean {', '.join(close)}?" if close else ""
 
 
 def alias_note(*keys: str) -> str:

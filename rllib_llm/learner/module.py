@@ -19,7 +19,14 @@ import torch
 from ray.rllib.core.rl_module.apis import InferenceOnlyAPI, ValueFunctionAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
-from rllib_llm.exchange.columns import ATTENTION_MASK, INPUT_IDS, RESPONSE_IDS, VALUES
+from rllib_llm.exchange.columns import (
+    ATTENTION_MASK,
+    ENTROPY,
+    INPUT_IDS,
+    LOGP,
+    RESPONSE_IDS,
+    VALUES,
+)
 from rllib_llm.exchange.devices import module_device
 from rllib_llm.exchange.memory_budgets import (
     AUTO,
@@ -239,8 +246,8 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
             out[VALUES] = response_values(self.value_head, hidden, batch[RESPONSE_IDS].shape[1])
         elif self.has_critic:
             out[VALUES] = self.compute_values(batch)
-        out["logp"], out["entropy"] = self._token_logp(self.model, batch, hidden,
-                                                       entropy_grad=self.entropy_grad)
+        out[LOGP], out[ENTROPY] = self._token_logp(self.model, batch, hidden,
+                                                   entropy_grad=self.entropy_grad)
         return out
 
     def _token_logp(self, model: torch.nn.Module, batch: dict[str, Any],

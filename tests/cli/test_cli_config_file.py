@@ -69,6 +69,11 @@ def test_sections_reach_the_builder_methods_and_set_overrides_them(tmp_path):
     ("run: {keep_checkpoints: 2, checkpoint_every: -1}", [], "run.checkpoint_every = -1"),
     ("env_runners: {num_env_runnerz: 1}", [], "env_runners.num_env_runnerz is not a setting of "
                                               "env_runners. Did you mean num_env_runners"),
+    ("env_runners: {num_env_runners: -1}", [], "RLVRConfig.num_env_runners=-1 is invalid: it "
+                                               "must be an integer >= 0"),
+    ("training: {learning_rat: 0.1}", [], "training.learning_rat is not a setting of training. "
+                                          "Did you mean lr"),
+    ("training: {pg_variant: topr}", ["learning_rat=0.1"], "Did you mean lr"),
     ("training: 3", [], "section 'training' must be a mapping"),
     ("training: {pg_variant: {grid_search: [topr, cispo]}}", [], "is a search space"),
     ("tune: {metric: evaluation/pass@1}\ntraining: {}", [], "belongs in a sweep file"),
