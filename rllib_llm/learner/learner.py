@@ -13,9 +13,10 @@ on Monte-Carlo returns, and only the critic's optimizer steps.
 
 One call of `_update` is one training iteration: `ppo_epochs` passes over the rollout batch in
 mini-batches of whole prompt groups (`minibatches.py`), one optimizer step each, accumulated
-over micro-batches of at most `max_tokens_per_micro_batch` tokens (and `micro_batch_size` rows;
-`micro_batches.py`). Every term is normalised by the counts of the whole mini-batch, computed
-before it is split, so the budget changes memory use and nothing else — the logged metrics
+over micro-batches of at most `max_tokens_per_micro_batch` tokens (sized for the learner's GPU
+when "auto": `RLVRModule.size_for_device`) and `micro_batch_size` rows (`micro_batches.py`).
+Every term is normalised by the counts of the whole mini-batch, computed before it is split, so
+the budget changes memory use and nothing else — the logged metrics
 included: they are the mini-batch's values, averaged over the iteration's optimizer steps.
 
 With `num_learners >= 2` (DDP) every learner takes the same steps, each on its share of every
@@ -107,8 +108,10 @@ class RLVRLearner(TorchLearner):
         self._value_pretrain_done = 0  # value-pretraining iterations done (checkpointed)
         device = module_device(module)
         self._device_is_gpu = is_gpu(device)
+        # "auto" budgets and checkpointing, for the device the module now computes on.
+        sized = module.size_for_device(cfg.device_memory_share)
         rank, world = data_parallel.rank_and_world()
-        announce("the learner" if world == 1 else f"learner {rank} of {world}", device)
+        announce("the learner" if world == 1 else f"learner {rank} of {world}", device, sized)
 
     def configure_optimizers_for_module(self, module_id, config=None) -> None:
         """One Adam optimizer (RLlib's default, under RLlib's default name), or with a critic
@@ -211,7 +214,8 @@ class RLVRLearner(TorchLearner):
         for optim in self._optimizer_parameters:
             optim.zero_grad(set_to_none=True)
         total = torch.zeros((), dtype=torch.float64)
-        micros = micro_batches.split(mine, max_tokens=cfg.max_tokens_per_micro_batch,
+        module = self.module[DEFAULT_MODULE_ID].unwrapped()
+        micros = micro_batches.split(mine, max_tokens=module.micro_batch_tokens,
                                      max_rows=cfg.micro_batch_size)
         for i, micro in enumerate(micros):
             # DDP all-reduces the gradients once per step, in the last micro-batch's backward.
