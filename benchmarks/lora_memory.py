@@ -47,7 +47,7 @@ def measure(args: argparse.Namespace) -> dict:
               .debugging(seed=0, log_level="ERROR"))
     algo = config.build_algo()
     episodes = algo.env_runner_group.local_env_runner.sample()
-    learner = algo.learner_group._learner
+    learner = algo.learner_group.local_learner
     module = learner.module[DEFAULT_MODULE_ID]
     seconds = []
     for i in range(args.updates + 1):  # the first one warms up (and creates Adam's state)

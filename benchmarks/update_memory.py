@@ -65,7 +65,7 @@ def measure(args: argparse.Namespace) -> dict:
                              response_length=args.tokens, prompt_length=args.prompt,
                              max_tokens_per_micro_batch=budget, num_torch_threads=1)
     algo = config.build_algo()
-    learner = algo.learner_group._learner
+    learner = algo.learner_group.local_learner
     module = learner.module[DEFAULT_MODULE_ID].unwrapped()
     vocab = module.model.config.vocab_size
 

@@ -87,7 +87,7 @@ class RLVR(Algorithm):
             # own model, not a second copy of it (a weight sync then copies nothing). A LoRA
             # learner's model holds adapters, and the sampler merged weights: no sharing there.
             self.env_runner_group.local_env_runner.share_policy_model(
-                self.learner_group._learner.module[DEFAULT_MODULE_ID].model)
+                self.learner_group.local_learner.module[DEFAULT_MODULE_ID].model)
         if config.num_env_runners == 0:
             runner = self.env_runner_group.local_env_runner
             announce("the driver's env runner", runner.device,
