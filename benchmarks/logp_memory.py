@@ -24,10 +24,8 @@ import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from engine_throughput import (  # noqa: E402
+from harness import (
     DEFAULT_SMOLLM2_DIR,
     reset_peak_rss,
     rss_mib,

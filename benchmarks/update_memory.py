@@ -26,10 +26,8 @@ import json
 import platform
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from engine_throughput import reset_peak_rss, rss_mib, run_child  # noqa: E402
+from harness import reset_peak_rss, rss_mib, run_child
 
 
 def batch_of(rows: int, prompt: int, tokens: int, vocab: int, seed: int) -> dict:
