@@ -68,7 +68,7 @@ def measure(path: str, strategy: str, num_learners: int, zero: dict, args) -> di
         seconds = []
         for _ in range(args.updates + 1):
             start = time.perf_counter()
-            algo._update_learners(episodes)
+            algo.update_learners(episodes)
             seconds.append(time.perf_counter() - start)
         memory = [r.get() for r in algo.learner_group.foreach_learner(
             learner_memory).result_or_errors]

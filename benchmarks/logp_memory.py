@@ -62,12 +62,12 @@ def measure(args: argparse.Namespace) -> dict:
               .debugging(seed=0, log_level="ERROR"))
     algo = config.build_algo()
     episodes = algo.env_runner_group.local_env_runner.sample()
-    algo._update_learners(episodes)  # warm-up (creates Adam's state)
+    algo.update_learners(episodes)  # warm-up (creates Adam's state)
     before = reset_peak_rss()
     seconds = []
     for _ in range(args.updates):
         start = time.perf_counter()
-        algo._update_learners(episodes)
+        algo.update_learners(episodes)
         seconds.append(time.perf_counter() - start)
     result = {"update_s": statistics.median(seconds), "tokens": sum(len(e) for e in episodes),
               "update_peak_mib": rss_mib("VmHWM") - before, "rss_before_mib": before}

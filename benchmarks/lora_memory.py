@@ -50,7 +50,7 @@ def measure(args: argparse.Namespace) -> dict:
     seconds = []
     for i in range(args.updates + 1):  # the first one warms up (and creates Adam's state)
         start = time.perf_counter()
-        algo._update_learners(episodes)
+        algo.update_learners(episodes)
         seconds.append(time.perf_counter() - start)
     adam = sum(t.numel() * t.element_size() for optim in learner._named_optimizers.values()
                for state in optim.state.values() for t in state.values()

@@ -131,14 +131,15 @@ class RLVR(Algorithm):
         episodes = batch.episodes
 
         with self.metrics.log_time((TIMERS, LEARN_TIMER), reduce="mean", window=1):
-            learner_results = self._update_learners(episodes)
+            learner_results = self.update_learners(episodes)
         self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
 
         with self.metrics.log_time((TIMERS, SYNC_TIMER), reduce="mean", window=1):
             self._sync_weights()
 
-    def _update_learners(self, episodes: list) -> list[dict[str, Any]]:
-        """One update of every learner on `episodes`; their results."""
+    def update_learners(self, episodes: list) -> list[dict[str, Any]]:
+        """One update of every learner on `episodes` (what `train()` does between sampling and
+        the weight sync, without either): their results, as `LearnerGroup.update` gives them."""
         n = self.config.num_learners
         # With several learners, the whole batch for each (one object in the object store, a
         # ref per learner; learner/data_parallel.py says why): RLlib's episode sharding would

@@ -58,7 +58,7 @@ def test_learners_and_env_runners_on_two_nodes_train_and_restore_into_one_learne
         before = {k: torch.as_tensor(v).clone()
                   for k, v in reference.learner_group.get_weights()[DEFAULT_MODULE_ID].items()}
         for trainer in (algo, reference):
-            trainer._update_learners(episodes)
+            trainer.update_learners(episodes)
         one = reference.learner_group.get_weights()[DEFAULT_MODULE_ID]
         two = algo.learner_group.get_weights()[DEFAULT_MODULE_ID]
         moved = max(float((torch.as_tensor(one[k]) - before[k]).abs().max()) for k in one)
