@@ -159,7 +159,7 @@ class RLVR(Algorithm):
     def _learner_version(self) -> int:
         """The version of the learner's weights: RLlib's weights sequence number, one per
         update, which every weight sync hands to the env runners with the weights."""
-        results = self.learner_group.foreach_learner(lambda learner: learner.weights_version())
+        results = self.learner_group.foreach_learner(lambda learner: learner.weight_version())
         return int(results.result_or_errors[0].get())
 
     def _sync_weights(self) -> None:

@@ -119,7 +119,7 @@ class Recorder:
         model = self.learner.module["default_policy"].model
 
         def recording_update(*args, training_data, **kwargs):
-            version = self.learner.weights_version()
+            version = self.learner.weight_version()
             self.weights[version] = {k: v.detach().clone() for k, v in model.state_dict().items()}
             self.updates.append((version, list(training_data.episodes)))
             return update(*args, training_data=training_data, **kwargs)

@@ -93,7 +93,7 @@ def test_learners_and_env_runners_on_two_nodes_train_and_restore_into_one_learne
         single.restore_from_path(tmp_path / "checkpoint")
         restored = single.learner_group.get_weights()[DEFAULT_MODULE_ID]
         assert single.learner_group.foreach_learner(
-            lambda learner: learner.weights_version()).result_or_errors[0].get() == 3
+            lambda learner: learner.weight_version()).result_or_errors[0].get() == 3
     finally:
         single.stop()
     for k, v in weights.items():
