@@ -44,6 +44,7 @@ from rllib_llm.exchange.devices import (
 )
 from rllib_llm.exchange.memory_budgets import AUTO, generate_budget
 from rllib_llm.exchange.threads import set_torch_threads
+from rllib_llm.models import DTYPES
 from rllib_llm.rollout.engine import SamplingParams
 from rllib_llm.rollout.held_out_sampling import (
     EvalShard,
@@ -239,9 +240,11 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
                                         self.module.model, cfg.device_memory_share)
         if sized:
             announce(f"{who}'s torch engine", self._device, sized)
+        autocast = self.config.autocast_dtype  # the learners' mixed precision, if any
         return TorchRolloutEngine(
             self.module.model, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
             device=self._device, max_tokens_per_batch=budget,
+            autocast_dtype=None if autocast is None else DTYPES[autocast],
         )
 
     def _sampling(self) -> SamplingParams:
