@@ -422,9 +422,11 @@ FIELDS: tuple[Field, ...] = (
           "Adam's state stay float32 (Hugging Face Trainer's and TRL's bf16=True). "
           "'bfloat16' or None (off). About 1.8x faster forward and backward on a CPU with "
           "AVX512-BF16 (benchmarks/RESULTS.md, \"Faster than TRL\"). The torch engines sample "
-          "under the same autocast, so the behaviour log-probs are those of the precision that "
-          "trains (sampling in float32 against bf16 training clipped 17% of an on-policy step's "
-          "tokens on the embedded task); vLLM samples in model_dtype. Needs "
+          "under the same autocast, so the behaviour log-probs come from the precision that "
+          "trains: on the embedded task that takes one on-policy TOPR step's clipfrac from 0.17 "
+          "to 0, on SmolLM2-135M only from 0.37 to 0.33 (its cached decode and the learner's "
+          "full forward still round differently in bf16; recompute_old_logp=True trains on the "
+          "learner's own log-probs, benchmarks/RESULTS.md). vLLM samples in model_dtype. Needs "
           "model_dtype='float32' and a torch learner (DeepSpeed: set "
           "model_dtype='bfloat16', DeepSpeed's own bf16 with float32 master weights).",
           optional(one_of(("bfloat16",))), "optimisation", annotation='str | None'),
