@@ -1,0 +1,119 @@
+"""The faults a user's run meets, each with what happens: a remote env runner killed between two
+iterations makes the next ones wait for RLlib to restart it (or sample with the runners alive),
+never fail while it can come back, and stop with one line naming it when it cannot."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+import ray
+
+from rllib_llm.algorithm.sync_sampling import sample_remote, share_out
+from rllib_llm.recipes.embedded import embedded_config
+
+# 2 prompts x 2 responses, 4 tokens: the cheapest iteration.
+TINY = dict(rollout_batch_size=2, num_return_sequences_in_group=2, response_length=4)
+
+
+# --- sharing out the prompts, by hand (a stand-in EnvRunnerGroup) ------------------------------
+def test_prompts_are_shared_out_evenly_among_the_runners_alive():
+    assert share_out(8, [1, 2]) == {1: 4, 2: 4}
+    assert share_out(5, [1, 3]) == {1: 3, 3: 2}
+    assert share_out(1, [1, 2]) == {1: 1}  # no runner is asked for 0 prompts
+
+
+class Runner:
+    def __init__(self, worker_index: int):
+        self.worker_index = worker_index
+
+    def sample(self, num_prompts: int) -> list[tuple[int, int]]:
+        return [(self.worker_index, p) for p in range(num_prompts)]
+
+    def get_metrics(self) -> dict:
+        return {"runner": self.worker_index}
+
+
+class Group:
+    """EnvRunnerGroup's calls sample_remote makes; runner 2 dies in its first sample() call
+    (RLlib then marks it unhealthy and returns only the others' results)."""
+
+    def __init__(self):
+        self.healthy, self.calls = [1, 2], []
+
+    def num_remote_env_runners(self) -> int:
+        return 2
+
+    def healthy_env_runner_ids(self) -> list[int]:
+        return list(self.healthy)
+
+    def foreach_env_runner(self, fn, *, remote_worker_ids, local_env_runner):
+        self.calls.append(list(remote_worker_ids))
+        if len(self.calls) == 1:
+            self.healthy.remove(2)
+        return [fn(Runner(i)) for i in remote_worker_ids if i in self.healthy]
+
+
+def test_the_prompts_of_a_runner_that_died_are_sampled_by_the_one_alive():
+    group = Group()
+    restores = []
+    episodes, metrics, resampled = sample_remote(group, None, num_parts=2, part_size=3,
+                                                 restore=lambda: restores.append(1),
+                                                 timeout_s=0)
+    assert group.calls == [[1, 2], [1]]
+    assert sorted(episodes) == [(1, 0), (1, 0), (1, 1), (1, 1), (1, 2), (1, 2)]  # all 6 prompts
+    assert metrics == [{"runner": 1}, {"runner": 1}] and resampled == 1 and restores == [1]
+
+
+# --- killed runners on Ray -----------------------------------------------------------------------
+pytestmark_ray = pytest.mark.usefixtures("ray_session")  # tests/conftest.py
+
+
+def one_remote_runner(**fault_tolerance):
+    return (embedded_config("topr", **TINY).env_runners(num_env_runners=1)
+            .fault_tolerance(**fault_tolerance).build_algo())
+
+
+def kill_runner(algo, index: int = 1, *, restart: bool = True) -> None:
+    ray.kill(algo.env_runner_group._worker_manager._actors[index], no_restart=not restart)
+
+
+@pytest.mark.slow  # 40 s: a build and the runner's restart, 13 s on 2 cores
+@pytestmark_ray
+def test_a_plain_loop_survives_its_only_remote_runner_killed(caplog):
+    """The README's `for _ in range(N): algo.train()` with the one remote runner killed."""
+    algo = one_remote_runner()
+    try:
+        first = algo.train()
+        kill_runner(algo)
+        with caplog.at_level(logging.WARNING, logger="rllib_llm"):
+            results = [algo.train() for _ in range(3)]  # none raises: each waits for the runner
+        steps = [r["env_runners"]["num_env_steps_sampled_lifetime"] for r in [first, *results]]
+        assert steps == sorted(set(steps)), steps  # every iteration sampled and trained
+        assert [r["training_iteration"] for r in results] == [2, 3, 4]
+        assert results[-1]["fault_tolerance"]["num_healthy_workers"] == 1
+        assert results[0]["fault_tolerance"]["num_remote_worker_restarts"] == 1
+        # The wait is said, with the runner's number.
+        assert any(m.startswith("env runner 1 down") and "waiting" in m
+                   for m in caplog.messages), caplog.messages
+    finally:
+        algo.stop()
+
+
+@pytestmark_ray
+def test_a_runner_that_does_not_come_back_stops_training_with_one_line_naming_it():
+    algo = one_remote_runner(env_runner_restore_timeout_s=3.0)
+    try:
+        algo.train()
+        kill_runner(algo, restart=False)  # Ray does not restart it: it is gone for good
+        start = time.monotonic()
+        with pytest.raises(RuntimeError) as error:
+            algo.train()
+        assert time.monotonic() - start < 30
+        message = str(error.value)
+        assert "\n" not in message
+        assert message.startswith("env runner 1 died and was not restored within "
+                                  "env_runner_restore_timeout_s=3.0 s"), message
+    finally:
+        algo.stop()
