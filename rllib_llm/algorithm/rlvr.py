@@ -44,7 +44,7 @@ from rllib_llm.algorithm.reward_workers import (
 )
 from rllib_llm.algorithm.sync_sampling import sample_remote
 from rllib_llm.exchange.devices import announce
-from rllib_llm.rollout.env_runner import SAMPLER_STATE
+from rllib_llm.rollout.env_runner import SAMPLER_STATE, check_env
 from rllib_llm.rollout.evaluation import EvalShard
 
 # Our part of the algorithm's checkpoint: each remote env runner's sampler state (RLlib saves
@@ -67,6 +67,9 @@ class RLVR(Algorithm):
         return RLVRConfig(cls)
 
     def setup(self, config) -> None:
+        # A bad dataset or env setting fails now, with its own message, not as a remote
+        # runner's death (env_runner.check_env says how that reads).
+        check_env(config)
         # Actors the cluster cannot hold would wait forever, silently: say so first.
         with fit_check(config):
             super().setup(config)

@@ -46,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
         run_file = read_run_file(args.config, args.set, strict=args.strict)
         _print_mapping(run_file)
         run_file.check()
+        run_file.check_env()
     except (ConfigFileError, FileNotFoundError) as e:
         print(f"rllib-llm train: error: {e}", file=sys.stderr)
         return 2

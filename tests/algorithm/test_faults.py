@@ -1,9 +1,11 @@
 """The faults a user's run meets, each with what happens: a remote env runner killed between two
 iterations makes the next ones wait for RLlib to restart it (or sample with the runners alive),
-never fail while it can come back, and stop with one line naming it when it cannot."""
+never fail while it can come back, and stop with one line naming it when it cannot; a bad data
+file fails the build with its own message, in the driver, before any remote runner starts."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 
@@ -117,3 +119,27 @@ def test_a_runner_that_does_not_come_back_stops_training_with_one_line_naming_it
                                   "env_runner_restore_timeout_s=3.0 s"), message
     finally:
         algo.stop()
+
+
+# --- a bad data file -----------------------------------------------------------------------------
+def data_file_missing_an_answer(tmp_path) -> str:
+    """20 problems; record 10 has no "answer"."""
+    records = [{"prompt": f"{i}+1=", "answer": str(i + 1)} for i in range(20)]
+    del records[10]["answer"]
+    path = tmp_path / "problems.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(path)
+
+
+@pytestmark_ray
+def test_a_bad_data_file_fails_the_build_with_its_own_message_before_a_remote_runner_starts(
+        tmp_path):
+    # A remote runner whose env fails dies in its constructor, and RLlib used to report only an
+    # IndexError (looking for the dead runner's spaces) some 20 s later.
+    config = (embedded_config("topr", **TINY)
+              .environment("math_verify",
+                           env_config={"dataset": data_file_missing_an_answer(tmp_path)})
+              .env_runners(num_env_runners=1))
+    with pytest.raises(ValueError, match=r"^answer_key='answer' is not a field of "
+                                         r".*problems.jsonl \(record 10\)"):
+        config.build_algo()
