@@ -46,7 +46,6 @@ def run(args: argparse.Namespace) -> int:
         run_file = read_run_file(args.config, args.set, strict=args.strict)
         _print_mapping(run_file)
         run_file.check()
-        run_file.check_env()
     except (ConfigFileError, FileNotFoundError) as e:
         print(f"rllib-llm train: error: {e}", file=sys.stderr)
         return 2
@@ -54,6 +53,11 @@ def run(args: argparse.Namespace) -> int:
     if run_dir.exists() and any(run_dir.iterdir()):
         print(f"rllib-llm train: error: {run_dir} is not empty: continue that run with "
               f"--resume {run_dir}, or pick another --run-dir", file=sys.stderr)
+        return 2
+    try:
+        run_file.check_env()  # reads the data: after the cheap checks
+    except ConfigFileError as e:
+        print(f"rllib-llm train: error: {e}", file=sys.stderr)
         return 2
     if args.dry_run:
         print(_dump(run_file.sections))

@@ -1,12 +1,17 @@
 """Reward models and LLM judges (reward_model_name_or_path): the scorer on real Hugging Face
 models (a judge's score computed by hand from the tiny causal LM's logits; batches score what
 rows alone do), the reward workers as Ray actors with the resources asked for, the combined
-reward on sampled episodes, and the errors: a crashed worker, a non-finite score, settings that
-would do nothing, a judge whose tokenizer lacks one-token answers, a GPU the cluster lacks."""
+reward on sampled episodes, a worker killed mid-batch restarted and its share scored, and the
+errors: a worker dead for good (one line), a non-finite score, settings that would do nothing,
+a judge whose tokenizer lacks one-token answers, a GPU the cluster lacks."""
 
 from __future__ import annotations
 
 import math
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import ray
@@ -124,11 +129,37 @@ def test_reward_workers_are_ray_actors_with_the_resources_asked_for(classifier):
         want = RewardScorer(classifier).score(PROMPTS + PROMPTS[:1], RESPONSES + RESPONSES[:1])
         assert workers.score(PROMPTS + PROMPTS[:1], RESPONSES + RESPONSES[:1]) == \
             pytest.approx(want, abs=1e-5)
-        # A worker that dies is a clear error naming it, and nothing is scored.
+        # A worker that dies for good (Ray told not to restart it) is one line naming it, and
+        # nothing is scored.
         ray.kill(workers.workers[1])
         with pytest.raises(RuntimeError, match="reward worker 1 failed .* no episode was "
-                                               "changed or trained on"):
+                                               "changed or trained on") as error:
             workers.score(PROMPTS, RESPONSES)
+        assert "\n" not in str(error.value)
+    finally:
+        workers.stop()
+
+
+@pytest.mark.slow  # 32 s on 2 loaded cores: two model loads and 80 forward passes
+@pytest.mark.usefixtures("ray_session_at_normal_priority")
+def test_a_reward_worker_killed_mid_batch_is_restarted_and_the_batch_scored(classifier):
+    """Its process killed (as by the kernel's OOM killer) while it scores: Ray starts it again
+    and runs the call again, and the batch gets the model's own scores."""
+    config = embedded_config("ppo", reward_model_name_or_path=classifier, num_reward_workers=1,
+                             reward_model_batch_size=1)
+    config.validate()
+    workers = RewardWorkers(config, load_tokenizer("embedded"))
+    prompts, responses = PROMPTS * 20, RESPONSES * 20  # 80 forward passes: a second or more
+    want = RewardScorer(classifier).score(PROMPTS, RESPONSES) * 20
+    try:
+        pid = ray.get(workers.workers[0].__ray_call__.remote(lambda worker: os.getpid()))
+        with ThreadPoolExecutor(1) as pool:
+            scoring = pool.submit(workers.score, prompts, responses)
+            time.sleep(0.2)
+            assert not scoring.done()
+            os.kill(pid, signal.SIGKILL)
+            assert scoring.result(timeout=600) == pytest.approx(want, abs=1e-5)
+        assert ray.get(workers.workers[0].__ray_call__.remote(lambda w: os.getpid())) != pid
     finally:
         workers.stop()
 
