@@ -43,9 +43,9 @@ def healthy_runner_ids(group, restore: Callable[[], Any], timeout_s: float) -> l
     while not healthy:
         if time.monotonic() > deadline:
             raise RuntimeError(
-                f"{_names(down)} died and was not restored within env_runner_restore_timeout_s="
-                f"{timeout_s} s: no remote env runner is left to sample (RLlib logged why it "
-                "died; restart_failed_env_runners must be on for it to come back).")
+                f"{_names(down)} died; RLlib restored none within env_runner_restore_timeout_s="
+                f"{timeout_s} s, and no remote env runner is left to sample (RLlib logged the "
+                "cause; restart_failed_env_runners must be on for a runner to come back).")
         time.sleep(1.0)
         restore()
         healthy = sorted(group.healthy_env_runner_ids())
@@ -82,7 +82,7 @@ def sample_remote(group, num_prompts: int | None, num_parts: int, part_size: int
         pending = sum(shares[i] for i in lost)
         if not pending:
             return episodes, metrics, resampled
-        logger.warning("%s died while sampling; sampling its %d prompts again.",
+        logger.warning("%s died while sampling; its share, %d prompts, is sampled again.",
                        _names(lost), pending)
         resampled += len(lost)
         restore()

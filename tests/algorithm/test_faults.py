@@ -115,7 +115,7 @@ def test_a_runner_that_does_not_come_back_stops_training_with_one_line_naming_it
         assert time.monotonic() - start < 30
         message = str(error.value)
         assert "\n" not in message
-        assert message.startswith("env runner 1 died and was not restored within "
+        assert message.startswith("env runner 1 died; RLlib restored none within "
                                   "env_runner_restore_timeout_s=3.0 s"), message
     finally:
         algo.stop()
