@@ -45,6 +45,10 @@ DROPPED_FRACTION = "async_sampling/dropped_fraction"
 LEARNER_WAIT_S = "async_sampling/learner_wait_s"
 RUNNER_IDLE_S = "env_runners/time_idle_s"
 OLD_LOGP_RECOMPUTED = "learners/default_policy/old_logp_recomputed"
+# Faults (rllib_llm/algorithm/sync_sampling.py): RLlib's count of restored remote env runners,
+# and ours of the runners' shares lost with a runner that died and sampled again.
+RUNNER_RESTARTS = "fault_tolerance/num_remote_worker_restarts"
+RESAMPLED_PARTS = "async_sampling/num_resampled_parts"
 # Placement (rllib_llm/exchange/devices.py): each process's device as a number.
 LEARNER_ON_GPU = "learners/default_policy/device_is_gpu"
 SAMPLER_ON_GPU = "env_runners/device_is_gpu"
@@ -83,6 +87,9 @@ METRICS: Mapping[str, str] = MappingProxyType({
                    "0 at a runner's first)",
     OLD_LOGP_RECOMPUTED: "1 if old_logp were recomputed by the learner, 0 if they are the "
                          "sampler's behaviour log-probs (recompute_old_logp)",
+    RUNNER_RESTARTS: "remote env runners RLlib restored after they died, so far (RLlib's)",
+    RESAMPLED_PARTS: "shares of this iteration's prompts lost with an env runner that died, "
+                     "and sampled again",
     LEARNER_ON_GPU: "1 if the learner computes on a GPU, else 0 (its device is printed at build)",
     SAMPLER_ON_GPU: "share of the sampling env runners that sample on a GPU (in one process: "
                     "the learner's device)",

@@ -96,6 +96,7 @@ def test_a_plain_loop_survives_its_only_remote_runner_killed(caplog):
         assert [r["training_iteration"] for r in results] == [2, 3, 4]
         assert results[-1]["fault_tolerance"]["num_healthy_workers"] == 1
         assert results[0]["fault_tolerance"]["num_remote_worker_restarts"] == 1
+        assert sum(r["async_sampling"]["num_resampled_parts"] for r in results) == 1
         # The wait is said, with the runner's number.
         assert any(m.startswith("env runner 1 down") and "waiting" in m
                    for m in caplog.messages), caplog.messages
