@@ -52,9 +52,9 @@ def measure(runners: int, ratio: int, iters: int, warmup: int) -> dict[str, floa
         "s_per_update": wall / iters,
         "tokens_per_s": (rows[-1]["num_env_steps_sampled_lifetime"] - tokens_before) / wall,
         "sample_s": mean(("timers", "sample")),
-        # A runner's busy time per sample call: generating, then verifying.
+        # A runner's busy time per sample call: generating, then verifying and replaying.
         "generate_s": mean(("env_runners", "time_generate_s"))
-        + mean(("env_runners", "time_verify_s")),
+        + mean(("env_runners", "time_verify_s")) + mean(("env_runners", "time_replay_s")),
         "learn_s": mean(("timers", "learn")),
         "learner_wait_s": mean(("async_sampling", "learner_wait_s")),
         "runner_idle_s": mean(("env_runners", "time_idle_s")),

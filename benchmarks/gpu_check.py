@@ -24,8 +24,14 @@ against TRL's GRPOTrainer, in one run sized for a short GPU loan (on one H100, 2
     the warm-up updates), each process's peak CUDA memory (max allocated and reserved, counted
     from the end of the warm-up), generated tokens/s, and the update's MFU: 6 x parameters x
     trained tokens (prompt + response) / learn seconds / the GPU's dense bf16 peak (989 TFLOP/s
-    for H100/H200 SXM). Then ours/TRL, and the goal: learner + runner peak reserved <= 16 GiB
-    and s/update <= 0.8x TRL's.
+    for H100/H200 SXM). Our side also reports the budgets its processes sized for their device
+    (the "auto" settings), where an update's time goes (the env runner's generate, verify and
+    replay, the rest of its sample call, the episodes' transfer to the driver, the learner, the
+    weight sync and the runner's weight load: median seconds from the iteration's metrics), and,
+    after the updates, its torch engine alone against `model.generate` on the same model, the
+    same --prompts x --group prompts and --tokens, in the env runner's process (tokens/s). Then
+    ours/TRL, and the goal: s/update <= 0.5x TRL's, learner + runner peak reserved <= 16 GiB,
+    and the engine >= 3x `model.generate`.
 
 The check fails (exit 1, after the tables) when a process given a GPU computes on the CPU, a
 learner's parameters are not on its device after training, a part raises, a response ends before
@@ -56,9 +62,10 @@ from pathlib import Path
 GIB = 2**30
 # Dense bf16 peak of one GPU in FLOP/s, by a piece of `torch.cuda.get_device_name()` (first match).
 PEAK_BF16_FLOPS = (("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("A100", 312e12))
-CHILD_TIMEOUT_S = 240  # each side of the 403M shape (about a minute or two on a GPU)
+CHILD_TIMEOUT_S = 300  # each side of the 403M shape (about a minute or two on a GPU)
 GOAL_PEAK_GIB = 16.0  # learner + env runner peak reserved CUDA memory
-GOAL_TIME_RATIO = 0.8  # our s/update over TRL's
+GOAL_TIME_RATIO = 0.5  # our s/update over TRL's
+GOAL_ENGINE_SPEEDUP = 3.0  # the torch engine's tokens/s over model.generate's
 MIN_GAIN = 0.05  # held-out greedy pass@1 gain that counts as learning (full mode)
 LR = 1e-6  # constant on both sides (TRL's default learning rate)
 # The tokenizer's EOS in the 403M shape: a token the model's logits do not cover (see write_model).
@@ -97,17 +104,24 @@ def learner_report(learner) -> dict:
     """The learner's device: where its parameters are, and where RLlib placed it."""
     from ray.rllib.core import DEFAULT_MODULE_ID
 
-    params = next(learner.module[DEFAULT_MODULE_ID].parameters())
+    module = learner.module[DEFAULT_MODULE_ID].unwrapped()
+    params = next(module.parameters())
     return {"role": "learner", "pid": os.getpid(), "device": str(params.device),
-            "assigned": str(getattr(learner, "_device", "?"))}
+            "assigned": str(getattr(learner, "_device", "?")),
+            # What the "auto" settings became on this device (printed at build as well).
+            "sized": {"max_tokens_per_micro_batch": module.micro_batch_tokens,
+                      "gradient_checkpointing": module.gradient_checkpointing}}
 
 
 def runner_report(runner) -> dict:
     """An env runner's device: its module's parameters, and its engine's (once built)."""
     engine = getattr(runner, "_engine", None)
-    return {"role": f"env runner {runner.worker_index}", "index": runner.worker_index,
-            "pid": os.getpid(), "device": str(next(runner.module.parameters()).device),
-            "engine": str(engine.device) if engine is not None else "not built"}
+    report = {"role": f"env runner {runner.worker_index}", "index": runner.worker_index,
+              "pid": os.getpid(), "device": str(next(runner.module.parameters()).device),
+              "engine": str(engine.device) if engine is not None else "not built"}
+    if engine is not None and hasattr(engine, "max_tokens_per_batch"):  # the torch engine
+        report["sized"] = {"max_tokens_per_generate_batch": engine.max_tokens_per_batch}
+    return report
 
 
 def reset_peak_memory(_=None) -> None:
@@ -298,10 +312,79 @@ def shape_config(sizes: Sizes, path: str, overrides: dict | None = None):
             .debugging(seed=0, log_level="ERROR"))
 
 
-def metric(result: dict, key: str):
+def metric(result: dict, key: str, default=None):
     for part in key.split("/"):
+        if default is not None and part not in result:
+            return default
         result = result[part]
     return result
+
+
+def phase_times(result: dict) -> dict:
+    """Where one update's time went, in seconds, from its result: the env runner's sample call
+    by part (rollout/sample_metrics.py) and the driver's timers. All but the runner's weight
+    load (which the driver does not wait for) add up to the driver's timers."""
+    from rllib_llm.outputs import metric_names as m
+    from rllib_llm.rollout.sample_metrics import WEIGHT_LOAD_S
+
+    call = metric(result, m.SAMPLE_CALL_S)
+    parts = {"generate": metric(result, m.GENERATE_S), "verify": metric(result, m.VERIFY_S),
+             "replay": metric(result, m.REPLAY_S)}
+    return {**parts, "rest of the sample call": call - sum(parts.values()),
+            "transfer to the driver": metric(result, m.TIME_SAMPLE_S) - call,
+            "learn": metric(result, m.TIME_LEARN_S),
+            "weight sync (driver)": metric(result, m.TIME_WEIGHT_SYNC_S),
+            # Inside the runner, after the driver's sync returned: it delays the next sample.
+            "weight load (runner)": metric(result, f"env_runners/{WEIGHT_LOAD_S}", 0.0)}
+
+
+def engine_vs_generate(runner, prompts: int, group: int, tokens: int) -> dict:
+    """The env runner's torch engine alone against `model.generate` on the engine's own model,
+    in the runner's process: the same `prompts` prompts x `group` samples x `tokens` tokens,
+    sampled at temperature 1 (EOS never ends a response in the 403M shape), each timed after a
+    short warm-up; seconds, tokens and tokens/s of each, and the engine's speed-up."""
+    import torch
+
+    from rllib_llm.exchange.columns import PROMPT_IDS
+    from rllib_llm.rollout.engine import SamplingParams
+
+    engine, tok = runner.engine, runner.env.tokenizer
+    batch = [list(runner.env.reset()[1][PROMPT_IDS]) for _ in range(prompts)]
+    engine.generate(batch[:1], 1, SamplingParams(max_tokens=2, seed=0))
+    start = time.perf_counter()
+    responses = engine.generate(batch, group, SamplingParams(max_tokens=tokens, seed=0))
+    engine_s = time.perf_counter() - start
+    engine_tokens = sum(len(r.token_ids) for g in responses for r in g)
+    rows = [p for p in batch for _ in range(group)]
+    width = max(len(p) for p in rows)
+    ids = torch.full((len(rows), width), tok.pad_token_id, device=engine.device)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(rows):  # left-padded, as the engine pads
+        ids[i, width - len(p):] = torch.tensor(p, device=engine.device)
+        mask[i, width - len(p):] = 1
+    model, was_training = engine.model, engine.model.training
+    model.eval()
+
+    def generate(new_tokens: int) -> int:
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True,
+                                 temperature=1.0, top_p=1.0, max_new_tokens=new_tokens,
+                                 pad_token_id=tok.pad_token_id)
+        return int(out[:, width:].numel())  # (no EOS: every row runs to new_tokens)
+
+    try:
+        generate(2)
+        start = time.perf_counter()
+        generate_tokens = generate(tokens)
+        generate_s = time.perf_counter() - start
+    finally:
+        model.train(was_training)
+    out = {"engine_s": engine_s, "engine_tokens": engine_tokens,
+           "engine_tokens_per_s": engine_tokens / engine_s, "generate_s": generate_s,
+           "generate_tokens": generate_tokens,
+           "generate_tokens_per_s": generate_tokens / generate_s}
+    out["speedup"] = out["engine_tokens_per_s"] / out["generate_tokens_per_s"]
+    return out
 
 
 def run_ours(sizes: Sizes, path: str, ray_address: str, overrides: dict) -> dict:
@@ -320,20 +403,29 @@ def run_ours(sizes: Sizes, path: str, ray_address: str, overrides: dict) -> dict
                 on_runners(algo, reset_peak_memory, local=False)
             start = time.perf_counter()
             result = algo.train()
-            rows.append({"update_s": time.perf_counter() - start,
-                         "sample_s": metric(result, TIME_SAMPLE_S),
+            update_s = time.perf_counter() - start
+            phases = phase_times(result)
+            # The driver's time outside its three timers (metrics, results, bookkeeping).
+            phases["rest of the update (driver)"] = update_s - metric(result, TIME_SAMPLE_S) \
+                - phases["learn"] - phases["weight sync (driver)"]
+            rows.append({"update_s": update_s, "sample_s": metric(result, TIME_SAMPLE_S),
                          "learn_s": metric(result, TIME_LEARN_S),
-                         "response_tokens": metric(result, RESPONSE_LENGTH)})
+                         "response_tokens": metric(result, RESPONSE_LENGTH), "phases": phases})
         learner = algo.learner_group.foreach_learner(peak_memory).result_or_errors[0].get()
         memory = {"learner (driver)": learner,
                   **dict(on_runners(algo, runner_peak_memory, local=False))}
         processes = process_reports(algo)
         settings = {name: getattr(config, name) for name in MEMORY_SETTINGS
                     if hasattr(config, name)}
+        # After the peaks are read: model.generate's memory is not ours.
+        engine, = on_runners(algo, lambda runner: engine_vs_generate(
+            runner, sizes.prompts, sizes.group, sizes.tokens), local=False)
     finally:
         algo.stop()
     return {"measured": rows[sizes.warmup:], "memory": memory, "processes": processes,
-            "problems": device_problems(config, processes), "settings": settings}
+            "problems": device_problems(config, processes), "settings": settings,
+            "sized": {k: v for p in processes for k, v in p.get("sized", {}).items()},
+            "engine_vs_generate": engine}
 
 
 # --- (b) TRL's side, in a process of its own ------------------------------------------------------
@@ -430,6 +522,9 @@ def summarise(side: dict, sizes: Sizes, model: dict, peak_flops: float | None) -
     med = {k: statistics.median(r[k] for r in rows) for k in ("update_s", "sample_s", "learn_s")}
     responses = sizes.prompts * sizes.group
     trained = responses * (model["mean_prompt_tokens"] + sizes.tokens)  # forward + backward
+    if all("phases" in r for r in rows):  # (ours)
+        side["phases"] = {k: statistics.median(r["phases"][k] for r in rows)
+                          for k in rows[0]["phases"]}
     side.update(med, tokens_per_s=responses * sizes.tokens / med["update_s"],
                 generate_tokens_per_s=responses * sizes.tokens / med["sample_s"],
                 full_length=all(r["response_tokens"] == sizes.tokens for r in rows),
@@ -497,11 +592,15 @@ def compare(ours: dict, trl: dict, *, on_gpu: bool) -> dict:
         out["time_ratio"] = ours["update_s"] / trl["update_s"]
         if out["ours_peak_gib"] and peak_gib(trl, kind):
             out["memory_ratio"] = out["ours_peak_gib"] / peak_gib(trl, kind)
+    if "engine_vs_generate" in ours:
+        out["engine_speedup"] = ours["engine_vs_generate"]["speedup"]
     if on_gpu:  # the goal is set for a GPU
         if "time_ratio" in out:
             out["goal_time"] = out["time_ratio"] <= GOAL_TIME_RATIO
         if out["ours_peak_gib"] is not None:
             out["goal_memory"] = out["ours_peak_gib"] <= GOAL_PEAK_GIB
+        if "engine_speedup" in out:
+            out["goal_engine"] = out["engine_speedup"] >= GOAL_ENGINE_SPEEDUP
     return out
 
 
@@ -569,17 +668,43 @@ def print_shape(out: dict) -> None:
                     else fmt(m["rss_gib"]))
             print(f"{head}| {name} | {used} |")
             head = "| | | | | | | "
+    print_phases(out.get("ours", {}))
     c = out["comparison"]
     if "time_ratio" in c:
         print(f"\nours / TRL: time {c['time_ratio']:.2f}x, memory ({c['memory_kind']}, all "
               f"processes) {fmt(c.get('memory_ratio'))}x")
-    if on_gpu:
-        print(f"goal: learner + runner peak reserved {fmt(c.get('ours_peak_gib'))} GiB <= "
-              f"{GOAL_PEAK_GIB:.0f} GiB: {verdict(c.get('goal_memory'))}; s/update "
-              f"{fmt(c.get('time_ratio'))}x TRL's <= {GOAL_TIME_RATIO}x: "
-              f"{verdict(c.get('goal_time'))}")
-    else:
-        print("goal (GPU memory and time against TRL): n/a on the CPU")
+    print(goal_line(c, on_gpu))
+
+
+def print_phases(ours: dict) -> None:
+    """Our side: the budgets its processes sized, where an update's time went, and the engine
+    alone against model.generate."""
+    if "sized" in ours:
+        print("\nrllib_llm, as its processes settled the 'auto' settings on their device: "
+              + (", ".join(f"{k}={v!r}" for k, v in ours["sized"].items()) or "-"))
+    if "phases" in ours:
+        print("\n| phase of an update (rllib_llm) | median s | share of s / update |")
+        print("|---|---|---|")
+        for name, seconds in ours["phases"].items():
+            print(f"| {name} | {seconds:.3f} | {seconds / ours['update_s']:.0%} |")
+        print(f"| **s / update** | {ours['update_s']:.3f} | 100% |")
+    e = ours.get("engine_vs_generate")
+    if e:
+        print(f"\nengine alone: {e['engine_tokens_per_s']:,.0f} tokens/s ({e['engine_s']:.2f} s) "
+              f"against model.generate's {e['generate_tokens_per_s']:,.0f} ({e['generate_s']:.2f} "
+              f"s): {e['speedup']:.2f}x")
+
+
+def goal_line(c: dict, on_gpu: bool) -> str:
+    """The issue's goal, each part with its verdict (met / NOT MET / n/a where not measured)."""
+    if not on_gpu:
+        return ("goal (time against TRL, GPU memory, engine against model.generate): n/a on the "
+                "CPU")
+    return (f"goal: s/update {fmt(c.get('time_ratio'))}x TRL's <= {GOAL_TIME_RATIO}x: "
+            f"{verdict(c.get('goal_time'))}; learner + runner peak reserved "
+            f"{fmt(c.get('ours_peak_gib'))} GiB <= {GOAL_PEAK_GIB:.0f} GiB: "
+            f"{verdict(c.get('goal_memory'))}; engine alone {fmt(c.get('engine_speedup'))}x "
+            f"model.generate >= {GOAL_ENGINE_SPEEDUP:.0f}x: {verdict(c.get('goal_engine'))}")
 
 
 def verdict(ok: bool | None) -> str:

@@ -96,12 +96,13 @@ def main() -> None:
             continue
         r, timers = result["env_runners"], result["timers"]
         phases["generate"].append(r["time_generate_s"])
-        phases["verify"].append(r["time_verify_s"])
+        # "verify": verifying and replaying into episodes (one timer before they were split).
+        phases["verify"].append(r["time_verify_s"] + r["time_replay_s"])
         # RLVR logs its phase timers with window=1: these are this iteration's values.
         phases["learn"].append(timers["learn"])
         phases["weight_sync"].append(timers["weight_sync"])
         phases["total"].append(total)
-        phases["other"].append(total - r["time_generate_s"] - r["time_verify_s"]
+        phases["other"].append(total - r["time_generate_s"] - phases["verify"][-1]
                                - timers["learn"] - timers["weight_sync"])
         engine_tps.append(engine_tokens / engine_s)
         raw_tps.append(raw_tokens / raw_s)

@@ -11,12 +11,17 @@
   arguments `test_templates`, `seed`), split by template; "prompt"/"answer" records too.
 - A path ending in `.jsonl` (one JSON object per line), `.json` (a list of objects) or `.parquet`:
   a local file is one split, so `split` is ignored (point at another file for another split), and
-  no keyword arguments apply. JSON files must be UTF-8. Any other existing file (a `.csv`, a
+  no keyword arguments apply. JSON files must be UTF-8. A `.jsonl` file is read line by line, and
+  `read_problems(max_record_bytes=...)` skips a longer line unread (the env bounds it by
+  `prompt_length`: `problem_set.py`). Any other existing file (a `.csv`, a
   `.txt`) is refused at once, naming the suffixes that work, and so is a path (absolute, or
   starting with `./`, `../` or `~`) that does not exist: neither is sent to the hub as a name.
 - Anything else: a Hugging Face dataset, via `datasets.load_dataset(dataset, split=split,
   **kwargs)` (a hub name, on a machine that can reach the hub, or a local directory of data
   files), or `datasets.load_from_disk` for a directory written by `save_to_disk`.
+
+An error in a record names it by its line (`p.jsonl:3`), or by its place in the list
+(`record 3 of p.json`), both counted from 1 as editors count lines.
 
 Answers are turned into strings; a GSM8K-style answer holding a worked solution ("... #### 72")
 becomes the text after its last `####` ("72"), which is what the verifier compares against. A
@@ -26,8 +31,12 @@ number becomes the decimal a model would write: a JSON 1e-05 becomes "0.00001", 
 from __future__ import annotations
 
 import codecs
+import itertools
 import json
+import logging
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -39,6 +48,8 @@ from rllib_llm.envs.word_tasks import COMPARE, WORD_PROBLEMS, compare_problems, 
 ARITHMETIC = "arithmetic"
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 _HASH = "####"
+
+logger = logging.getLogger(__name__)
 
 
 def load_problems(
@@ -60,30 +71,75 @@ def load_problems(
         answer_key: the field holding the ground-truth answer.
         **kwargs: passed to the generator or to `datasets.load_dataset`/`load_from_disk`.
     """
+    return read_problems(dataset, split=split, prompt_key=prompt_key, answer_key=answer_key,
+                         dataset_kwargs=kwargs).problems
+
+
+@dataclass(frozen=True)
+class Problems:
+    """What `read_problems` read.
+
+    Attributes:
+        problems: `[{"prompt": str, "answer": str}, ...]`.
+        num_skipped: .jsonl lines longer than `max_record_bytes`, dropped unparsed.
+    """
+
+    problems: list[dict[str, str]]
+    num_skipped: int = 0
+
+
+def read_problems(
+    dataset: str,
+    *,
+    split: str,
+    prompt_key: str,
+    answer_key: str,
+    dataset_kwargs: Mapping[str, Any],
+    max_record_bytes: int | None = None,
+) -> Problems:
+    """`load_problems`, with a bound on a .jsonl file's lines.
+
+    max_record_bytes: a .jsonl line longer than this is skipped without being held whole,
+        decoded or parsed (read in chunks), and counted in `num_skipped`; None reads every line.
+        (Other sources arrive whole: their prompts are bounded before tokenizing, not here.)
+    """
+    kwargs = dict(dataset_kwargs)
     if not isinstance(dataset, str) or not dataset:
         raise ValueError(
             f"dataset={dataset!r} must be a non-empty string; pass 'arithmetic', a .jsonl/.json/"
             ".parquet path or a Hugging Face dataset name"
         )
-    if dataset == ARITHMETIC:
-        return arithmetic_problems(split, **kwargs)
-    if dataset == GSM_SYMBOLIC:
-        return gsm_symbolic_problems(split, **kwargs)
-    if dataset == COMPARE:
-        return compare_problems(split, **kwargs)
-    if dataset == WORD_PROBLEMS:
-        return word_problems(split, **kwargs)
+    generator = _GENERATORS.get(dataset)
+    if generator is not None:
+        return Problems(generator(split, **kwargs))
+    num_skipped = 0
     if dataset.endswith(FILE_SUFFIXES):
         if kwargs:
             raise ValueError(
                 f"dataset_kwargs={sorted(kwargs)} do not apply to the local file {dataset!r}; "
                 "remove them (a local file is read as it is)"
             )
-        records, source = _read_file(Path(dataset)), dataset
+        records, num_skipped = _read_file(Path(dataset), max_record_bytes)
+        source = dataset
     else:
         _check_not_a_local_file(dataset)
-        records, source = _load_hf(dataset, split, kwargs), f"{dataset} (split={split!r})"
-    return _to_problems(records, prompt_key, answer_key, source)
+        source = f"{dataset} (split={split!r})"
+        records = _numbered(_load_hf(dataset, split, kwargs), source)
+    if not records and num_skipped:
+        raise ValueError(
+            f"{source} has no line of at most {max_record_bytes} bytes: all {num_skipped} were "
+            "skipped unread (a record that long holds a prompt longer than prompt_length can "
+            "take); shorten the records, or raise prompt_length"
+        )
+    return Problems(_to_problems(records, prompt_key, answer_key, source), num_skipped)
+
+
+_GENERATORS = {
+    ARITHMETIC: arithmetic_problems,
+    GSM_SYMBOLIC: gsm_symbolic_problems,
+    COMPARE: compare_problems,
+    WORD_PROBLEMS: word_problems,
+}
 
 
 def _check_not_a_local_file(dataset: str) -> None:
@@ -103,42 +159,88 @@ def _check_not_a_local_file(dataset: str) -> None:
         raise FileNotFoundError(f"dataset path {dataset!r} does not exist; check the path")
 
 
-def _read_file(path: Path) -> list[dict]:
-    """Read a local file into records."""
+# One record and where it is, as a message names it: "p.jsonl:3" (a line, from 1, as editors and
+# JSON errors count), or "record 3 of <source>" (from 1 too) where there are no lines.
+Numbered = list[tuple[str, dict]]
+_CHUNK_BYTES = 1 << 20  # how much of an over-long line is held at once while skipping it
+
+
+def _numbered(records: list, source: str) -> Numbered:
+    return [(f"record {i} of {source}", r) for i, r in enumerate(records, start=1)]
+
+
+def _read_file(path: Path, max_record_bytes: int | None) -> tuple[Numbered, int]:
+    """Read a local file into numbered records, and the number of .jsonl lines skipped as
+    longer than `max_record_bytes`."""
     if not path.is_file():
         raise FileNotFoundError(f"dataset file {str(path)!r} does not exist; check the path")
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        return pq.read_table(path).to_pylist()
-    text = _read_utf8(path)
+        return _numbered(pq.read_table(path).to_pylist(), str(path)), 0
     if path.suffix == ".jsonl":
-        records = []
-        for line_number, line in enumerate(text.split("\n"), start=1):
-            if line.strip():
-                records.append(_json_record(line, f"{path}:{line_number}"))
-    else:
-        records = json.loads(text)
-        if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
-            raise ValueError(
-                f"dataset file {str(path)!r} must hold a JSON list of objects, one per problem; "
-                'write it as [{"prompt": ..., "answer": ...}, ...] or use .jsonl'
-            )
-    return records
+        return _read_jsonl(path, max_record_bytes)
+    records = json.loads(_utf8(path, path.read_bytes(), 0, 1))
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise ValueError(
+            f"dataset file {str(path)!r} must hold a JSON list of objects, one per problem; "
+            'write it as [{"prompt": ..., "answer": ...}, ...] or use .jsonl'
+        )
+    return _numbered(records, str(path)), 0
 
 
-def _read_utf8(path: Path) -> str:
-    """The file's text; a byte that is not UTF-8 is named with its offset and line."""
-    data = path.read_bytes()
-    start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0  # as editors write
+def _read_jsonl(path: Path, max_record_bytes: int | None) -> tuple[Numbered, int]:
+    """Stream a .jsonl file line by line: a line longer than `max_record_bytes` is read past in
+    chunks and counted, never held whole (one 100 MB prompt, parsed and tokenized, took 18 GB)."""
+    limit = -1 if max_record_bytes is None else max_record_bytes + 1  # +1: to see it is over
+    records: Numbered = []
+    skipped: list[int] = []
+    offset = 0
+    with path.open("rb") as f:
+        for line_number in itertools.count(1):
+            line = f.readline(limit)
+            if not line:
+                break
+            if max_record_bytes is not None and len(line.rstrip(b"\r\n")) > max_record_bytes:
+                offset += len(line) + (0 if line.endswith(b"\n") else _skip_line(f))
+                skipped.append(line_number)
+                continue
+            text = _utf8(path, line, offset, line_number)
+            offset += len(line)
+            if text.strip():
+                where = f"{path}:{line_number}"
+                records.append((where, _json_record(text, where)))
+    if skipped:
+        shown = ", ".join(map(str, skipped[:5])) + (", ..." if len(skipped) > 5 else "")
+        logger.warning("%s: skipped %d lines longer than %d bytes unread (lines %s): a prompt "
+                       "that long cannot fit prompt_length", path, len(skipped),
+                       max_record_bytes, shown)
+    return records, len(skipped)
+
+
+def _skip_line(f) -> int:
+    """Read past the rest of the current line in chunks; the bytes read."""
+    skipped = 0
+    while chunk := f.readline(_CHUNK_BYTES):
+        skipped += len(chunk)
+        if chunk.endswith(b"\n"):
+            break
+    return skipped
+
+
+def _utf8(path: Path, data: bytes, offset: int, line: int) -> str:
+    """`data` (at byte `offset` of the file, from line `line`) as text; a byte that is not
+    UTF-8 is named with its offset and line."""
+    # A byte order mark, as editors write, is no part of the text.
+    start = len(codecs.BOM_UTF8) if offset == 0 and data.startswith(codecs.BOM_UTF8) else 0
     try:
         return data[start:].decode("utf-8")
     except UnicodeDecodeError as exc:
-        offset = start + exc.start
-        line = data.count(b"\n", 0, offset) + 1
+        at = start + exc.start
+        line += data.count(b"\n", 0, at)
         raise ValueError(
-            f"dataset file {str(path)!r} is not UTF-8: byte {offset} (line {line}) is "
-            f"{data[offset : offset + 1]!r}; a dataset file must be UTF-8: re-encode it "
+            f"dataset file {str(path)!r} is not UTF-8: byte {offset + at} (line {line}) is "
+            f"{data[at : at + 1]!r}; a dataset file must be UTF-8: re-encode it "
             "(e.g. `iconv -f latin1 -t utf-8 in.jsonl > out.jsonl`)"
         ) from None
 
@@ -174,37 +276,37 @@ def _load_hf(dataset: str, split: str, kwargs: dict) -> list[dict]:
 
 
 def _to_problems(
-    records: list[dict], prompt_key: str, answer_key: str, source: str
+    records: Numbered, prompt_key: str, answer_key: str, source: str
 ) -> list[dict[str, str]]:
     if not records:
         raise ValueError(f"{source} has no problems; check the file or the split")
     problems = []
-    for i, record in enumerate(records):
+    for where, record in records:
         for key_name, key in (("prompt_key", prompt_key), ("answer_key", answer_key)):
             if key not in record:
                 raise ValueError(
-                    f"{key_name}={key!r} is not a field of {source} (record {i}); its fields are "
+                    f"{key_name}={key!r} is not a field of {source} ({where}); its fields are "
                     f"{sorted(record)}: pass {key_name}=<one of them>"
                 )
         prompt = record[prompt_key]
         if not isinstance(prompt, str) or not prompt:
             raise ValueError(
-                f"record {i} of {source}: {prompt_key}={prompt!r} must be a non-empty string; "
+                f"{where}: {prompt_key}={prompt!r} must be a non-empty string; "
                 "fix or drop that record"
             )
-        answer = _answer_text(record[answer_key], i, answer_key, source)
+        answer = _answer_text(record[answer_key], where, answer_key)
         problems.append({"prompt": prompt, "answer": answer})
     return problems
 
 
-def _answer_text(answer: Any, index: int, answer_key: str, source: str) -> str:
+def _answer_text(answer: Any, where: str, answer_key: str) -> str:
     if isinstance(answer, bool) or not isinstance(answer, str | int | float):
         raise ValueError(  # noqa: TRY004 - bad data in a record, not a bad argument
-            f"record {index} of {source}: {answer_key}={answer!r} must be a string or a number; "
+            f"{where}: {answer_key}={answer!r} must be a string or a number; "
             "fix or drop that record"
         )
     if isinstance(answer, float):
-        text = _float_text(answer, index, answer_key, source)
+        text = _float_text(answer, where, answer_key)
     else:
         text = str(answer)
     if _HASH in text:
@@ -213,13 +315,12 @@ def _answer_text(answer: Any, index: int, answer_key: str, source: str) -> str:
     text = text.strip()
     if not text:
         raise ValueError(
-            f"record {index} of {source}: {answer_key}={answer!r} holds no answer; fix or drop "
-            "that record"
+            f"{where}: {answer_key}={answer!r} holds no answer; fix or drop that record"
         )
     return text
 
 
-def _float_text(answer: float, index: int, answer_key: str, source: str) -> str:
+def _float_text(answer: float, where: str, answer_key: str) -> str:
     """A float as a decimal a model could write: 1e-05 -> "0.00001", 1e+20 -> "1000...0".
 
     `str()` would give "1e-05", which math-verify reads as 1*e - 5 (Euler's e), so no answer could
@@ -229,8 +330,8 @@ def _float_text(answer: float, index: int, answer_key: str, source: str) -> str:
     """
     if not math.isfinite(answer):
         raise ValueError(
-            f"record {index} of {source}: {answer_key}={answer!r} must be a finite number; fix or "
-            "drop that record"
+            f"{where}: {answer_key}={answer!r} must be a finite number; fix or drop that "
+            "record"
         )
     text = format(Decimal(repr(answer)), "f")
     return text.rstrip("0").rstrip(".") if "." in text else text  # 72.0 -> "72"

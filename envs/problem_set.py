@@ -16,9 +16,34 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rllib_llm.envs.datasets import load_problems
+from rllib_llm.envs.datasets import read_problems
 
 logger = logging.getLogger(__name__)
+
+# A ceiling on the characters of a prompt one token covers, chosen with room to spare:
+# SentencePiece caps a piece at 16 characters by default (max_sentencepiece_length); byte-level
+# BPE has no cap, but its long tokens are runs of spaces or punctuation, and a character is at
+# least one byte. (An assumption, not a measurement of every vocabulary: a tokenizer with longer
+# tokens would see a prompt made of them dropped, counted.) So a prompt of more than
+# MAX_CHARS_PER_TOKEN * prompt_length characters has more than prompt_length tokens (a chat
+# template only adds to them), and prompt_length is at most the model's context: it is dropped
+# without being tokenized, which for one 100 MB prompt took minutes and 18 GB.
+MAX_CHARS_PER_TOKEN = 256
+# A .jsonl line holds the prompt written as JSON, where a character takes at most 6 bytes
+# (`\u00e9`; `\ud83d\ude00` is 12 for two), beside the answer and any other fields, given 1 MiB.
+# A longer line cannot hold a prompt that fits: it is skipped unread (datasets.read_problems).
+JSON_BYTES_PER_CHAR = 6
+OTHER_FIELDS_BYTES = 1 << 20
+
+
+def max_prompt_chars(prompt_length: int) -> int:
+    """The most characters a prompt of at most `prompt_length` tokens can have."""
+    return MAX_CHARS_PER_TOKEN * prompt_length
+
+
+def max_record_bytes(prompt_length: int) -> int:
+    """The longest .jsonl line that can hold a prompt of at most `prompt_length` tokens."""
+    return JSON_BYTES_PER_CHAR * max_prompt_chars(prompt_length) + OTHER_FIELDS_BYTES
 
 
 @dataclass(frozen=True)
@@ -30,8 +55,11 @@ class ProblemSet:
         answers: ground-truth answers.
         prompt_ids: token ids of each prompt, from `rllib_llm.models.encode_prompt`.
         num_dropped: problems dropped because their prompt had 0 or more than `prompt_length`
-            tokens.
-        longest_prompt: tokens in the dataset's longest prompt, kept or dropped.
+            tokens (`num_untokenized` of them among these).
+        longest_prompt: tokens in the dataset's longest tokenized prompt, kept or dropped.
+        num_untokenized: problems dropped by their size alone, never tokenized: a prompt over
+            `max_prompt_chars(prompt_length)` characters, or a .jsonl line over
+            `max_record_bytes(prompt_length)` bytes.
     """
 
     prompts: tuple[str, ...]
@@ -39,6 +67,7 @@ class ProblemSet:
     prompt_ids: tuple[tuple[int, ...], ...]
     num_dropped: int
     longest_prompt: int
+    num_untokenized: int = 0
 
     @property
     def dropped_fraction(self) -> float:
@@ -88,10 +117,12 @@ def load_problem_set(
         if key in _cache:
             _cache.move_to_end(key)
             return _cache[key][1]
-    problems = load_problems(
-        dataset, split=split, prompt_key=prompt_key, answer_key=answer_key, **dataset_kwargs
+    loaded = read_problems(
+        dataset, split=split, prompt_key=prompt_key, answer_key=answer_key,
+        dataset_kwargs=dataset_kwargs, max_record_bytes=max_record_bytes(prompt_length),
     )
-    problem_set = _tokenize(tokenizer, problems, prompt_length, dataset, room)
+    problem_set = _tokenize(tokenizer, loaded.problems, prompt_length, dataset, room,
+                            num_skipped=loaded.num_skipped)
     with _cache_lock:
         _cache[key] = (tokenizer, problem_set)
         while len(_cache) > _CACHE_SIZE:
@@ -144,17 +175,23 @@ class PromptRoom:
 
 
 def _tokenize(tokenizer, problems: list[dict], prompt_length: int, source: str,
-              room: PromptRoom | None = None) -> ProblemSet:
+              room: PromptRoom | None = None, *, num_skipped: int = 0) -> ProblemSet:
+    """Tokenize the prompts that can fit; `num_skipped`: records dropped unread before."""
     from rllib_llm.models import encode_prompt
 
-    kept, shortest, longest = [], None, 0
+    most_chars = max_prompt_chars(prompt_length)
+    kept, shortest, longest, untokenized = [], None, 0, num_skipped
     for problem in problems:
+        if len(problem["prompt"]) > most_chars:
+            untokenized += 1
+            continue
         ids = tuple(encode_prompt(tokenizer, problem["prompt"]))
         longest = max(longest, len(ids))
         if 1 <= len(ids) <= prompt_length:
             kept.append((problem["prompt"], problem["answer"], ids))
         elif ids:
             shortest = len(ids) if shortest is None else min(shortest, len(ids))
+    total = len(problems) + num_skipped
     if not kept:
         if shortest is None:
             hint = "raise prompt_length to a value that fits them"
@@ -163,20 +200,30 @@ def _tokenize(tokenizer, problems: list[dict], prompt_length: int, source: str,
         else:
             hint = room.fix_for_none_kept(shortest)
         raise ValueError(
-            f"prompt_length={prompt_length} drops all {len(problems)} prompts of {source!r}: "
-            f"none has 1..{prompt_length} tokens; {hint}"
+            f"prompt_length={prompt_length} drops all {total} prompts of {source!r}: "
+            f"none has 1..{prompt_length} tokens{_untokenized_note(untokenized, prompt_length)}; "
+            f"{hint}"
         )
-    num_dropped = len(problems) - len(kept)
+    num_dropped = total - len(kept)
     if num_dropped:
         logger.warning(
-            "%s: dropped %d of %d prompts longer than prompt_length=%d tokens (or empty)",
+            "%s: dropped %d of %d prompts longer than prompt_length=%d tokens (or empty)%s",
             source,
             num_dropped,
-            len(problems),
+            total,
             prompt_length,
+            _untokenized_note(untokenized, prompt_length),
         )
     prompts, answers, prompt_ids = zip(*kept, strict=True)
-    return ProblemSet(prompts, answers, prompt_ids, num_dropped, longest)
+    return ProblemSet(prompts, answers, prompt_ids, num_dropped, longest, untokenized)
+
+
+def _untokenized_note(untokenized: int, prompt_length: int) -> str:
+    if not untokenized:
+        return ""
+    return (f" ({untokenized} of the dropped were too long to tokenize: a prompt over "
+            f"{max_prompt_chars(prompt_length)} characters, {MAX_CHARS_PER_TOKEN} a token, or a "
+            f".jsonl line over {max_record_bytes(prompt_length)} bytes)")
 
 
 def check_dropped_share(
@@ -199,6 +246,7 @@ def check_dropped_share(
     raise ValueError(
         f"prompt_length={prompt_length} drops {problem_set.num_dropped} of {total} prompts of "
         f"{source} ({problem_set.dropped_fraction:.1%}), more than max_dropped_prompt_fraction="
-        f"{max_fraction}; the longest prompt has {longest} tokens (chat template included): "
+        f"{max_fraction}; the longest prompt has {longest} tokens (chat template included)"
+        f"{_untokenized_note(problem_set.num_untokenized, prompt_length)}: "
         f"{fix}, or raise max_dropped_prompt_fraction to train on what is left"
     )

@@ -9,7 +9,10 @@ prints it):
   `/proc/PID/environ` cannot be read), a read-only system (`/usr`, `/lib*`, `/bin`, the Python
   installation, a few harmless `/etc` files) and nothing else of the host (no home, no project
   tree, no `/etc/shadow`), and an empty size-capped tmpfs `/tmp` as the working directory;
-  `/dev` is read-only but for its device nodes and a size-capped `/dev/shm`.
+  `/dev` is read-only but for its device nodes and a size-capped `/dev/shm`. The kernel's
+  interfaces: all of `/proc` read-only (as root the code is the host's uid 0, and file modes
+  alone would let it write `/proc/sys`), Docker's masked `/proc` files unreadable and its masked
+  directories empty, and no `/sys`.
   bwrap is probed once with a trivial run: some systems forbid unprivileged user namespaces, and
   a bwrap that is present but fails there counts as unavailable.
 - **no capabilities**, root or not: bwrap keeps a root caller's capabilities unless told
@@ -29,9 +32,13 @@ prints it):
 - a **clean environment** (PATH, HOME, TMPDIR and LANG only; bwrap adds PWD) and a **fresh,
   empty working directory** per call (the tmpfs above, or a temporary directory removed
   afterwards).
-- a **parent guard** without namespaces (`sandbox_seccomp`): a seccomp filter refuses ptrace,
-  stop signals and signals aimed at this process, so the code cannot trace or stop the process
-  that enforces its timeout.
+- a **seccomp filter** in every mode (`sandbox_seccomp`): every call Docker's default profile
+  refuses a process without capabilities (the keyrings, mounts, modules, kexec, reboot, swap,
+  clock setting, bpf, perf, userfaultfd, io_uring, namespaces, ...), ptrace, and flatpak's
+  terminal ioctls; without namespaces also a **parent guard** that refuses stop signals and
+  signals aimed at this process, so the code cannot trace or stop the process that enforces its
+  timeout. `sandbox_policies` states which rules of Docker's, nsjail's and flatpak's policies
+  hold in each mode.
 - a **wall-clock kill** at `timeout_s` (and when the code's main process ends, for what it
   leaves behind) of the run's process group: one `killpg` marks every process in it at once, so
   a fork bomb cannot outgrow the kill. Under namespaces the group holds bwrap and the whole
@@ -92,6 +99,7 @@ from itertools import count
 from typing import Literal
 
 from rllib_llm.envs import sandbox_cgroup, sandbox_seccomp
+from rllib_llm.envs.sandbox_policies import RULES, PolicyRule, holds
 from rllib_llm.envs.validation import check_choice, check_int, check_positive_seconds
 
 Isolation = Literal["auto", "strict", "rlimits"]
@@ -108,6 +116,12 @@ _SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # What the standard library may read in /etc; the rest (shadow, ssh host keys, ...) stays out.
 _ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "passwd", "group",
               "nsswitch.conf")
+# Docker's masked /proc paths (moby's oci defaults); those this kernel has are masked, the rest
+# of /proc is read-only, and /sys is not mounted at all (Docker masks /sys/firmware and
+# /sys/devices/virtual/powercap in a read-only /sys).
+_PROC_MASKED = ("/proc/asound", "/proc/acpi", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+                "/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
+                "/proc/sched_debug", "/proc/scsi")
 _IDENTITY_UID_MAP = ["0", "0", "4294967295"]  # /proc/self/uid_map outside any user namespace
 
 # The child: set the limits given as NAME=SOFT,HARD arguments, read the code from stdin, run it
@@ -252,6 +266,14 @@ class SandboxReport:
                          else "none (a user without capabilities)")
         return memory, tasks, disk, caps
 
+    def policies(self, isolation: Isolation = "auto") -> tuple[tuple[PolicyRule, bool], ...]:
+        """Each rule of Docker's, nsjail's and flatpak's policies, and whether it holds for
+        one run in `isolation` on this machine (see `sandbox_policies`)."""
+        namespaces = self.namespaces and isolation != "rlimits"
+        filtered = self.layer("seccomp filter").active
+        return tuple((rule, holds(rule, namespaces=namespaces, filtered=filtered))
+                     for rule in RULES)
+
     def __str__(self) -> str:
         lines = [f"sandbox layers (interpreter {self.interpreter}):"]
         for layer in self.layers:
@@ -260,6 +282,12 @@ class SandboxReport:
             lines.append(f"bounds of one run, isolation={isolation!r}:")
             for bound in self.bounds(isolation):  # type: ignore[arg-type]
                 lines.append(f"  [{'x' if bound.active else ' '}] {bound.name}: {bound.detail}")
+        modes = ("strict", "rlimits") if self.namespaces else ("rlimits",)
+        lines.append(f"against other sandboxes' policies ([{'|'.join(modes)}]):")
+        per_mode = [self.policies(mode) for mode in modes]  # type: ignore[arg-type]
+        for index, rule in enumerate(RULES):
+            marks = "|".join("x" if rules[index][1] else " " for rules in per_mode)
+            lines.append(f"  [{marks}] {rule.policy}: {rule.rule}. Here: {rule.here}")
         return "\n".join(lines)
 
 
@@ -309,16 +337,19 @@ def run_python(code: str, *, timeout_s: float = 5.0, memory_mb: int = 256,
         raise SandboxUnavailableError(_unavailable_message(report))
     if isolation == "auto" and not (namespaces and report.run_bounded):
         _warn_once(report)
-    guard = None
-    if not namespaces:  # the code shares our pid namespace: keep it from tracing or stopping us
-        guard = sandbox_seccomp.parent_guard(os.getpid(), os.getpgrp())
+    # Without namespaces the code shares our pid namespace: the guard keeps it from stopping us.
+    seccomp = sandbox_seccomp.program(None if namespaces else (os.getpid(), os.getpgrp()))
+    if seccomp is None and isolation == "strict":
+        raise SandboxUnavailableError(f"isolation='strict' needs a seccomp filter, and there is "
+                                      f"none for {platform.machine()} (x86_64 and aarch64 have "
+                                      f"one); accept isolation='auto' to run without it")
     cgroup = _run_cgroup(memory_mb, strict=isolation == "strict")
     try:
         return _run(code.encode("utf-8", "replace"), interpreter=report.interpreter,
                     bwrap=report.bwrap if namespaces else None,
                     processes=_process_limit(namespaces and report.user_namespace),
                     timeout_s=float(timeout_s), memory_mb=memory_mb,
-                    max_output_bytes=max_output_bytes, cgroup=cgroup, guard=guard)
+                    max_output_bytes=max_output_bytes, cgroup=cgroup, seccomp=seccomp)
     finally:
         if cgroup is not None:
             cgroup.remove()
@@ -404,7 +435,8 @@ def _detect() -> tuple[SandboxReport, sandbox_cgroup.Placement | None]:
         how = "its own user namespace" if user_namespace else "no user namespace of its own"
         namespaces = Layer("namespaces", True, f"bubblewrap at {bwrap} ({how}): own pid, "
                            "network, mount, ipc and uts namespaces; read-only system; no host "
-                           "files; size-capped tmpfs /tmp and /dev/shm, the rest read-only")
+                           "files; size-capped tmpfs /tmp and /dev/shm, the rest read-only; "
+                           "/proc read-only with Docker's masked paths masked; no /sys")
     else:
         namespaces = Layer("namespaces", False, "; ".join(reasons))
     if placement is not None:
@@ -413,7 +445,7 @@ def _detect() -> tuple[SandboxReport, sandbox_cgroup.Placement | None]:
                        f"tasks of each run counted together; the whole run killed through it")
     else:
         cgroup = Layer("run cgroup", False, no_cgroup)
-    guard = sandbox_seccomp.supported()
+    filtered = sandbox_seccomp.supported()
     report = SandboxReport(
         namespaces=bwrap is not None, bwrap=bwrap, user_namespace=user_namespace,
         interpreter=interpreter, run_cgroup=placement is not None, nproc_enforced=nproc,
@@ -427,9 +459,14 @@ def _detect() -> tuple[SandboxReport, sandbox_cgroup.Placement | None]:
                   "core dumps; set in the child"),
             Layer("process count", nproc, _nproc_detail(nproc, bwrap is not None and
                                                          user_namespace)),
-            Layer("parent guard", guard, "rlimits mode: a seccomp filter refuses ptrace, "
-                  "process_vm_*, pidfd signals, stop signals to anyone and any signal to the "
-                  "trainer's pid, its group or every process" if guard else
+            Layer("seccomp filter", filtered, "every mode: the calls Docker's default profile "
+                  "refuses without capabilities (keyrings, mounts, modules, kexec, reboot, swap, "
+                  "clock setting, bpf, perf, userfaultfd, io_uring, namespaces, ...), ptrace, "
+                  "modify_ldt, TIOCSTI/TIOCLINUX; no new privileges" if filtered else
+                  f"no seccomp filter for {platform.machine()}: strict refuses to run"),
+            Layer("parent guard", filtered, "rlimits mode: the filter also refuses pidfd "
+                  "signals, stop signals to anyone and any signal to the trainer's pid, its "
+                  "group or every process" if filtered else
                   f"no seccomp filter for {platform.machine()}: in rlimits mode the code could "
                   f"trace or stop this process"),
             Layer("clean environment", True, "PATH, HOME, TMPDIR and LANG only"),
@@ -530,9 +567,9 @@ def _process_limit(own_namespace: bool) -> int | None:
 def _run(source: bytes, *, interpreter: str, bwrap: str | None, processes: int | None,
          timeout_s: float, memory_mb: int, max_output_bytes: int,
          cgroup: sandbox_cgroup.RunCgroup | None = None,
-         guard: bytes | None = None) -> SandboxResult:
+         seccomp: bytes | None = None) -> SandboxResult:
     """Run `source` once: under `bwrap` when given, else directly (see the module docstring);
-    in `cgroup` when given, and with the seccomp filter `guard` installed before the code."""
+    in `cgroup` when given, and with the filter `seccomp` installed before the code."""
     start = time.monotonic()
     scratch = None if bwrap else tempfile.mkdtemp(prefix="rllib_llm_sandbox_")
     cwd = scratch or "/tmp"
@@ -540,8 +577,8 @@ def _run(source: bytes, *, interpreter: str, bwrap: str | None, processes: int |
            "LANG": "C.UTF-8"}
     child = [interpreter, "-I", "-S", "-B", "-X", "utf8", "-c", _CHILD,
              *_limit_args(timeout_s, memory_mb, processes)]
-    if guard is not None:
-        child.append(f"SECCOMP={guard.hex()}")
+    if seccomp is not None:
+        child.append(f"SECCOMP={seccomp.hex()}")
     argv = [*_bwrap_args(bwrap, memory_mb, env), *child] if bwrap else child
     if cgroup is not None:
         argv = cgroup.join_command(argv)
@@ -614,8 +651,19 @@ def _bwrap_args(bwrap: str, memory_mb: int, env: dict[str, str]) -> list[str]:
     # The sandbox's own root and bwrap's /dev are tmpfs without a size cap: both read-only once
     # everything is in place, so that /tmp and /dev/shm (mounts of their own, capped) are the
     # only places to write (device nodes such as /dev/null stay writable on a read-only mount).
+    # /proc read-only as a whole: as root the code is the host's uid 0 (with no capabilities),
+    # and file modes alone let that uid write /proc/sys (core_pattern runs a program as root
+    # outside every namespace), /proc/sysrq-trigger and /proc/acpi; Docker makes only /proc/sys,
+    # /proc/sysrq-trigger, /proc/irq, /proc/bus and /proc/fs read-only. Docker's masked files
+    # cannot be opened at all (a nodev /dev/null), its masked directories are empty.
+    args += ["--proc", "/proc"]
+    for path in _PROC_MASKED:
+        if os.path.isdir(path):
+            args += ["--tmpfs", path, "--remount-ro", path]
+        elif os.path.exists(path):
+            args += ["--ro-bind", "/dev/null", path]
     size = str(memory_mb * 2**20)
-    args += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm",
+    args += ["--remount-ro", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm",
              "--remount-ro", "/dev", "--size", size, "--tmpfs", "/tmp", "--chdir", "/tmp",
              "--remount-ro", "/"]
     for name, value in env.items():

@@ -10,11 +10,15 @@ verifier's last-number extraction reads the answer:
   with the number only." (a in 2..20, b and c in 1..10, a + b - c >= 0).
 
 Splits are by what a problem asks, not by how it is written: a compare problem is its set of
-numbers, a word problem its (a, b, c). The whole space of those is enumerated, shuffled with the
-seed, and the test split is its first `test_size`; the order the numbers are shown in, largest or
-smallest, and the story's name, item and verbs are drawn from the same seeded stream. So no
-held-out problem is a training problem with its numbers reordered or its story retold (the
-commuted twins that `arithmetic` keeps together).
+numbers, a word problem its (a, b, c) together with (b, a, c), the same three numbers with the
+same answer a + b - c (no other order of them has that answer unless it is the same triple: the
+answer fixes c as (a + b + c - answer) / 2). The whole space of those is enumerated, shuffled
+with the seed, and the test split takes them in that order while they fit (`test_size` exactly,
+as `arithmetic` fills it); the order the numbers are shown in, largest or smallest, and the
+story's name, item and verbs are drawn from the same seeded stream. So no held-out problem is a
+training problem with its numbers reordered or its story retold (the commuted twins that
+`arithmetic` keeps together: split by (a, b, c), 109 of the 300 default held-out stories had
+their (b, a, c) twin in training).
 
 SmolLM2-135M-Instruct's base rates on them: benchmarks/RESULTS.md.
 """
@@ -68,8 +72,9 @@ def word_problems(split: str = "train", *, seed: int = 0, test_size: int = 300
 
     Args:
         split: "train" or "test".
-        seed: shuffles the (a, b, c) triples and draws each story; the same everywhere.
-        test_size: number of held-out problems (one per triple).
+        seed: shuffles the (a, b, c) groups and draws each story; the same everywhere.
+        test_size: number of held-out problems (one per triple; a triple and its (b, a, c)
+            twin are held out together).
     """
     _check_split(split)
     total = len(_word_keys())
@@ -126,9 +131,38 @@ def _word_keys() -> tuple[tuple[int, int, int], ...]:
                  if a + b - c >= 0)
 
 
+@lru_cache(maxsize=1)
+def _word_groups() -> tuple[tuple[tuple[int, int, int], ...], ...]:
+    """The keys grouped by what a story asks: (a, b, c) with (b, a, c) where both are in range
+    (a in 2..20, b in 1..10), the same numbers and answer; alone otherwise, or when a == b."""
+    groups: dict[tuple[int, int, int], list[tuple[int, int, int]]] = {}
+    for a, b, c in _word_keys():
+        groups.setdefault((min(a, b), max(a, b), c), []).append((a, b, c))
+    return tuple(tuple(group) for group in groups.values())
+
+
 @lru_cache(maxsize=4)
-def _word_split(seed: int, test_size: int):
-    return _split_keys(list(_word_keys()), seed, test_size, _render_word)
+def _word_split(seed: int, test_size: int) -> tuple[tuple[Problem, ...], tuple[Problem, ...]]:
+    """Return `(train, test)`: whole groups, `test_size` problems held out, each split shuffled.
+
+    As `arithmetic._split`: the groups are shuffled and the test split takes them in that order
+    while they fit; a pair that would overshoot by one goes to training and a later group of one
+    completes it.
+    """
+    rng = random.Random(seed)
+    groups = list(_word_groups())
+    rng.shuffle(groups)
+    train: list[Problem] = []
+    test: list[Problem] = []
+    for group in groups:
+        problems = [_render_word(key, rng) for key in group]
+        (test if len(test) + len(group) <= test_size else train).extend(problems)
+    if len(test) != test_size:  # no group of one left: only a test_size near all 1816
+        raise ValueError(f"test_size={test_size} cannot be made of whole (a, b, c)/(b, a, c) "
+                         "groups")
+    rng.shuffle(train)
+    rng.shuffle(test)
+    return tuple(train), tuple(test)
 
 
 def _render_word(key: tuple[int, int, int], rng: random.Random) -> Problem:

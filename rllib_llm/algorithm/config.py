@@ -13,7 +13,6 @@ derived from others and the rules that tie several together (`config_rules.py`).
 from __future__ import annotations
 
 import copy
-import difflib
 import functools
 import inspect
 from typing import Any
@@ -23,7 +22,7 @@ from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
 from rllib_llm import core
-from rllib_llm.algorithm import config_rules
+from rllib_llm.algorithm import config_rules, config_types
 from rllib_llm.algorithm.config_rules import RLLIB_REPLACED, check_lr
 from rllib_llm.algorithm.fields import (
     ALIASES,
@@ -31,7 +30,12 @@ from rllib_llm.algorithm.fields import (
     FIELDS_BY_NAME,
     alias_note,
     check_field,
+    did_you_mean,
 )
+
+# The sections (fields.py) whose settings `env_runners()` takes besides RLlib's own; every
+# setting is accepted by `training()`.
+ENV_RUNNER_SECTIONS = ("engine",)
 
 
 class RLVRConfig(AlgorithmConfig):
@@ -84,25 +88,21 @@ class RLVRConfig(AlgorithmConfig):
                     )
                 ours[name], given_as[name] = kwargs.pop(key), key
             elif key not in rllib_params:
-                close = difflib.get_close_matches(key, [*FIELDS_BY_NAME, *ALIASES], n=3)
-                hint = f" Did you mean {', '.join(close)}?" if close else ""
+                hint = did_you_mean(key, [*FIELDS_BY_NAME, *ALIASES, *rllib_params])
                 raise ValueError(
                     f"RLVRConfig.training() got an unknown setting {key!r}.{hint} Settings are "
-                    "listed in rllib_llm/algorithm/fields.py and the README."
+                    "listed in rllib_llm/algorithm/fields.py and docs/SETTINGS.md."
                 )
         super().training(**kwargs)
         for key, value in ours.items():
             setattr(self, key, value)
         return self
 
-    def env_runners(self, *, rollout_engine: str | None = None, **kwargs) -> RLVRConfig:
-        """RLlib's env_runners(), plus `rollout_engine` ('torch' or 'vllm'), the `vllm_*`
-        engine options, `max_tokens_per_generate_batch` and the `weight_sync_*` options
-        (fields.py)."""
-        if rollout_engine is not None:
-            self.rollout_engine = rollout_engine
-        ours = [k for k in kwargs if k in FIELDS_BY_NAME and (
-            k.startswith(("vllm_", "weight_sync_")) or k == "max_tokens_per_generate_batch")]
+    def env_runners(self, **kwargs) -> RLVRConfig:
+        """RLlib's env_runners(), plus the settings of the "engine" section (fields.py): the
+        rollout engine, its options and memory, and the weight sync to it."""
+        ours = [k for k in kwargs if k in FIELDS_BY_NAME
+                and FIELDS_BY_NAME[k].section in ENV_RUNNER_SECTIONS]
         for key in ours:
             setattr(self, key, kwargs.pop(key))
         super().env_runners(**kwargs)
@@ -298,6 +298,12 @@ class RLVRConfig(AlgorithmConfig):
             input_observation_space=input_observation_space,
             input_action_space=input_action_space,
         )
+
+
+# What IDEs, type checkers and help() read (the settings are set by a loop over FIELDS).
+RLVRConfig.__annotations__ = {**RLVRConfig.__dict__.get("__annotations__", {}),
+                              **config_types.annotations()}
+RLVRConfig.__doc__ = f"{RLVRConfig.__doc__}\n\n{config_types.settings_doc()}"
 
 
 @functools.cache

@@ -5,9 +5,7 @@ settings and a fix; `check_all` runs them in order after every field passed its 
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
-import math
 from typing import Any
 
 from rllib_llm import core
@@ -16,6 +14,9 @@ from rllib_llm.algorithm.distillation_checks import check_distillation
 from rllib_llm.algorithm.fields import (
     ALIASES,
     FIELDS_BY_NAME,
+    changed_fields,
+    did_you_mean,
+    is_number,
     non_negative_int,
     refuse_changed,
     rule_broken,
@@ -101,8 +102,16 @@ def check_model(cfg) -> None:
 
 
 def check_rllib_settings(cfg) -> None:
-    """RLlib's own settings that RLVR reads (grad_clip) or replaces."""
-    if cfg.grad_clip is not None and not (_finite(cfg.grad_clip) and cfg.grad_clip > 0):
+    """RLlib's own settings that RLVR reads (grad_clip, num_env_runners) or replaces."""
+    # RLlib takes any number here: -1 trained, sampling in the driver as 0 does.
+    why = non_negative_int(cfg.num_env_runners)
+    if why is not None:
+        raise ValueError(
+            f"RLVRConfig.num_env_runners={cfg.num_env_runners!r} is invalid: it {why} (0 samples "
+            "in the driver process, N >= 1 in N remote env runners); set "
+            ".env_runners(num_env_runners=0) to sample in the driver."
+        )
+    if cfg.grad_clip is not None and not (is_number(cfg.grad_clip) and cfg.grad_clip > 0):
         raise ValueError(
             f"RLVRConfig.grad_clip={cfg.grad_clip!r} is invalid: it must be a number > 0 "
             "(the largest gradient norm kept), or None for no clipping."
@@ -228,7 +237,7 @@ def check_critic(cfg, needs_critic: bool) -> None:
             "critic_shares_trunk=True: a value head on the policy's trunk starts from the "
             "policy's checkpoint. Drop one of the two."
         )
-    if not cfg.critic_shares_trunk and cfg.value_loss_coef != 1.0:
+    if not cfg.critic_shares_trunk and changed_fields(cfg, ("value_loss_coef",)):
         raise ValueError(
             f"RLVRConfig.value_loss_coef={cfg.value_loss_coef!r} only weighs the value loss "
             "against the actor loss on a shared trunk (critic_shares_trunk=True); a separate "
@@ -297,7 +306,7 @@ def check_dynamic_sampling(cfg) -> None:
             "RLVRConfig.dynamic_sampling=True keeps prompt groups whose rewards differ, which "
             f"needs num_return_sequences_in_group >= 2 (got "
             f"{cfg.num_return_sequences_in_group}).")
-    if not cfg.dynamic_sampling and cfg.dynamic_sampling_max_rounds != 4:
+    if not cfg.dynamic_sampling and changed_fields(cfg, ("dynamic_sampling_max_rounds",)):
         raise ValueError(
             f"RLVRConfig.dynamic_sampling_max_rounds={cfg.dynamic_sampling_max_rounds} has no "
             "effect without dynamic_sampling=True; set that too.")
@@ -393,10 +402,9 @@ def check_evaluation_config_keys(cfg, overrides: dict[str, Any]) -> None:
             continue
         names = list(dict.fromkeys([*FIELDS_BY_NAME, *ALIASES,
                                     *(k for k in known if not k.startswith("_"))]))
-        close = difflib.get_close_matches(key, names, n=3)
-        hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise ValueError(
-            f"RLVRConfig.evaluation_config has an unknown setting {key!r}.{hint} It takes "
+            f"RLVRConfig.evaluation_config has an unknown setting {key!r}."
+            f"{did_you_mean(key, names)} It takes "
             "RLVRConfig's settings (rllib_llm/algorithm/fields.py) and RLlib's."
         )
 
@@ -441,12 +449,10 @@ def check_rollout_rejection(cfg) -> None:
     level, upper, lower = (cfg.rollout_rs_level, cfg.rollout_rs_threshold,
                            cfg.rollout_rs_threshold_lower)
     if level is None:
-        for name, value, default in (("rollout_rs_threshold", upper, 2.0),
-                                     ("rollout_rs_threshold_lower", lower, None)):
-            if value != default:
-                raise ValueError(
-                    f"RLVRConfig.{name}={value!r} has no effect without rollout_rs_level; set "
-                    "rollout_rs_level ('token', 'sequence' or 'geometric') too.")
+        for changed in changed_fields(cfg, ("rollout_rs_threshold", "rollout_rs_threshold_lower")):
+            raise ValueError(
+                f"RLVRConfig.{changed} has no effect without rollout_rs_level; set "
+                "rollout_rs_level ('token', 'sequence' or 'geometric') too.")
         return
     if not cfg.recomputes_old_logp:
         raise ValueError(
@@ -517,23 +523,19 @@ def check_partial_rollouts(cfg) -> None:
             "Set async_generation_ratio=1, or partial_rollout_max_split=1.")
 
 
-def _finite(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def check_lr(lr: Any, name: str = "lr") -> None:
     """lr (or critic_lr): a number > 0, or RLlib's piecewise schedule [[timestep, value], ...] of
     such values with non-decreasing timesteps >= 0 starting at 0."""
     fix = ("use a number > 0 (e.g. 1e-6) or a schedule [[0, 1e-6], [20000, 1e-5]] with "
            "timesteps from 0 upwards and values > 0")
-    if _finite(lr):
+    if is_number(lr):
         if lr > 0:
             return
         raise ValueError(f"RLVRConfig.{name}={lr!r} is invalid: a learning rate <= 0 trains "
                          f"backwards or not at all; {fix}.")
     points = lr if isinstance(lr, (list, tuple)) else None
-    ok = bool(points) and all(isinstance(p, (list, tuple)) and len(p) == 2 and _finite(p[0])
-                              and _finite(p[1]) for p in points)
+    ok = bool(points) and all(isinstance(p, (list, tuple)) and len(p) == 2 and is_number(p[0])
+                              and is_number(p[1]) for p in points)
     if ok:
         times = [p[0] for p in points]
         ok = times[0] == 0 and all(b >= a for a, b in zip(times, times[1:])) and \

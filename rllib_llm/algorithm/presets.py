@@ -136,7 +136,7 @@ def preset_settings(name: str) -> dict[str, Any]:
 
 
 def presets_markdown() -> str:
-    """The presets as a Markdown table (README)."""
+    """The presets as a Markdown table (docs/TRAINING.md)."""
     rows = ["| preset | source | what it sets |", "|---|---|---|"]
     rows += [f"| `{p.name}` | {p.source} | {p.doc} |" for p in PRESETS.values()]
     return "\n".join(rows)

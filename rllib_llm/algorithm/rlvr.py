@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -29,6 +30,7 @@ from rllib_llm.algorithm.async_sampling import (
     staleness_metrics,
 )
 from rllib_llm.algorithm.cluster_fit import fit_check
+from rllib_llm.algorithm.collapse import CollapseWatch
 from rllib_llm.algorithm.dynamic_sampling import DYNAMIC_RESULTS, fill_batch
 from rllib_llm.algorithm.evaluation import (
     check_held_out,
@@ -46,6 +48,11 @@ from rllib_llm.algorithm.sync_sampling import sample_remote
 from rllib_llm.exchange.devices import announce
 from rllib_llm.rollout.env_runner import SAMPLER_STATE, check_env
 from rllib_llm.rollout.evaluation import EvalShard
+
+logger = logging.getLogger(__name__)
+
+# The settings a collapse warning names: those that size a step, and the entropy bonus.
+COLLAPSE_SETTINGS = ("lr", "grad_clip", "pg_clip", "entropy_coef", "temperature")
 
 # Our part of the algorithm's checkpoint: each remote env runner's sampler state (RLlib saves
 # only the driver's env runner, which does not sample when there are remote ones), and in
@@ -97,6 +104,8 @@ class RLVR(Algorithm):
             self._reward_workers = RewardWorkers(config,
                                                  load_tokenizer(config.model_name_or_path))
         self._reward_rounds: list[dict[str, float]] = []
+        self._collapse_watch = CollapseWatch(
+            {name: getattr(config, name) for name in COLLAPSE_SETTINGS})
         self._async = None
         if config.async_generation_ratio:
             self._async = AsyncSampler(
@@ -108,6 +117,14 @@ class RLVR(Algorithm):
                     from_worker_or_learner_group=self.learner_group, to_worker_indices=ids,
                     inference_only=True),
                 restore_timeout_s=config.env_runner_restore_timeout_s)
+
+    def step(self) -> dict[str, Any]:
+        """RLlib's iteration, then one look at its result for a collapse (collapse.py)."""
+        results = super().step()
+        warning = self._collapse_watch.observe(results, iteration=self.iteration + 1)
+        if warning is not None:
+            logger.warning(warning)
+        return results
 
     def training_step(self) -> None:
         with self.metrics.log_time((TIMERS, SAMPLE_TIMER), reduce="mean", window=1):

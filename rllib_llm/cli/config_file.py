@@ -22,16 +22,20 @@ YAML 1.1 would read a string), and a key given twice in one mapping is an error 
 from __future__ import annotations
 
 import copy
-import difflib
 import inspect
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from rllib_llm.algorithm.fields import ALIASES, FIELDS_BY_NAME, alias_note, rule_broken
+from rllib_llm.algorithm.fields import (
+    ALIASES,
+    FIELDS_BY_NAME,
+    alias_note,
+    did_you_mean,
+    rule_broken,
+)
 from rllib_llm.algorithm.yaml_loader import parse_yaml
 from rllib_llm.cli.run_settings import (
     RUN_FIELDS_BY_NAME,
@@ -138,7 +142,7 @@ def read_run_file(path: str | Path, sets: list[str] = (), *, strict: bool = Fals
         raise ConfigFileError(
             f"{path}: {_names(stray)} at the top level next to the section(s) {_names(ours)}: "
             f"settings go inside a section ({', '.join(SECTIONS)}); a ROLL config has no "
-            f"sections.{_did_you_mean(stray[0], SECTIONS)}")
+            f"sections.{did_you_mean(stray[0], SECTIONS)}")
     if ours:
         run_file, later = _read_ours(path, data), list(sets)
     else:  # ROLL's fields given by --set are read with the file's, before its rules and derivations
@@ -260,7 +264,7 @@ def _apply_set(run_file: RunFile, item: str, set_by: dict[tuple[str, str], str])
         else:
             raise ConfigFileError(
                 f"--set {key}: the key must start with a section ({', '.join(SECTIONS)}) or be "
-                f"a training setting or run setting.{_did_you_mean(parts[0], _all_names())}")
+                f"a training setting or run setting.{did_you_mean(parts[0], _all_names())}")
     if len(parts) < 2:
         raise ConfigFileError(f"--set {key}: name a setting inside the section, e.g. "
                               f"{key}.<setting>=value")
@@ -318,7 +322,7 @@ def _check_sections(run_file: RunFile, allow_search_spaces: bool) -> None:
         for key, value in values.items():
             if key not in known:
                 raise ConfigFileError(f"{path}: {section}.{key} is not a setting of {section}"
-                                      f".{_did_you_mean(key, known)}")
+                                      f".{did_you_mean(key, known)}")
             for candidate in _candidates(path, section, key, value, allow_search_spaces):
                 why = _rule(section, key, candidate)
                 if why is not None:
@@ -373,13 +377,11 @@ def _rule(section: str, key: str, value: Any) -> str | None:
 
 
 def _all_names() -> list[str]:
-    return [*SECTIONS, *FIELDS_BY_NAME, *RUN_FIELDS_BY_NAME]
+    """What a --set key without a section may be: a section, a training setting (ours or
+    RLlib's, as `_apply_set` takes them) or a run setting."""
+    return [*SECTIONS, *_known_settings("training"), *RUN_FIELDS_BY_NAME]
 
 
 def _names(keys: list[str]) -> str:
     return ", ".join(repr(k) for k in keys)
 
-
-def _did_you_mean(key: str, options: Mapping[str, Any] | list[str] | tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(key, list(options), n=3)
-    return f" Did you mean {', '.join(close)}?" if close else ""

@@ -1,5 +1,6 @@
 """`rllib-llm --help`'s list of settings, generated from the tables that declare them (fields.py,
-run_settings.py), the same ones the README's tables come from: nothing here is written twice."""
+run_settings.py), the same ones docs/SETTINGS.md's tables come from: nothing here is written
+twice."""
 
 from __future__ import annotations
 

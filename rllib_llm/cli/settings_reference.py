@@ -1,10 +1,9 @@
 """The settings reference: every RLVRConfig field, the `run:` and `tune:` settings of the CLI's
 config files and the stable metric names, as Markdown tables generated from the tables that
-declare them (the README's "Settings reference" is this output; `rllib-llm --help` reads the
-same tables).
+declare them (docs/SETTINGS.md is this output; `rllib-llm --help` reads the same tables).
 
-    python -m rllib_llm.cli.settings_reference                    # print the tables
-    python -m rllib_llm.cli.settings_reference --readme README.md # rewrite the README's block
+    python -m rllib_llm.cli.settings_reference                           # print the tables
+    python -m rllib_llm.cli.settings_reference --write docs/SETTINGS.md  # rewrite its block
 """
 
 from __future__ import annotations
@@ -14,7 +13,8 @@ from pathlib import Path
 
 from rllib_llm.algorithm.fields import Field, reference_markdown
 
-BEGIN = "<!-- settings:begin (python -m rllib_llm.cli.settings_reference --readme README.md) -->"
+BEGIN = ("<!-- settings:begin (python -m rllib_llm.cli.settings_reference --write "
+         "docs/SETTINGS.md) -->")
 END = "<!-- settings:end -->"
 
 
@@ -40,21 +40,21 @@ def settings_markdown() -> str:
     ])
 
 
-def readme_block() -> str:
+def reference_block() -> str:
     return f"{BEGIN}\n\n{settings_markdown()}\n\n{END}"
 
 
-def update_readme(path: Path) -> None:
+def update_reference(path: Path) -> None:
     text = path.read_text()
     start, end = text.index(BEGIN), text.index(END) + len(END)
-    path.write_text(text[:start] + readme_block() + text[end:])
+    path.write_text(text[:start] + reference_block() + text[end:])
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--readme", type=Path, help="rewrite this README's settings block")
+    parser.add_argument("--write", type=Path, help="rewrite this file's settings block")
     args = parser.parse_args()
-    if args.readme:
-        update_readme(args.readme)
+    if args.write:
+        update_reference(args.write)
     else:
         print(settings_markdown())

@@ -30,6 +30,10 @@ RETURNS = "returns"  # (B, T) float32: GAE's returns, the critic's targets
 MC_RETURNS = "mc_returns"  # (B, T) float32: Monte-Carlo returns, value pretraining's targets
 VALUE_TARGETS = "value_targets"  # (B, T) float32: RETURNS or MC_RETURNS, whichever trains now
 CORRECT = "correct"  # (B,) float32, 1.0 where the response is correct (token_mdp.is_correct)
+
+# The RLModule's forward_train outputs the learner's loss reads (VALUES too, with a critic).
+LOGP = "logp"  # (B, T): log pi(response token) under the current weights
+ENTROPY = "entropy"  # (B, T): the policy's entropy at each response position
 # (B,) float32, 1.0 where the episode was truncated: cut off at the response limit without EOS.
 TRUNCATED = "truncated"
 # (B, T) float32: rewards a multi-turn env paid before an episode's last step, on the agent token

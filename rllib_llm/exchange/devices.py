@@ -12,6 +12,8 @@ import sys
 
 import torch
 
+from rllib_llm.exchange.memory_budgets import AUTO
+
 # Metric (learner results per module, and env_runners/): 1.0 when the process computes on a GPU,
 # else 0.0; over several env runners, the share of them on a GPU.
 IS_GPU = "device_is_gpu"
@@ -36,6 +38,15 @@ def module_device(module: torch.nn.Module) -> torch.device:
 
 def is_gpu(device: torch.device) -> float:
     return float(torch.device(device).type == "cuda")
+
+
+def device_default(value, device: torch.device, *, gpu, cpu):
+    """`value`, unless it is "auto": then `gpu` on a CUDA device, `cpu` on any other. A setting
+    whose best value depends on the hardware is chosen by the device of the process that
+    computes with it, never by the driver's."""
+    if value != AUTO:
+        return value
+    return gpu if torch.device(device).type == "cuda" else cpu
 
 
 def announce(role: str, device: torch.device, detail: str = "") -> None:

@@ -142,8 +142,9 @@ class DeepSpeedRLVRLearner(RLVRLearner):
     def _backward(self, loss: torch.Tensor) -> None:
         self._engine.backward(loss, scale_wrt_gas=False)
 
-    def _apply_step(self, step: dict[str, float], total: torch.Tensor) -> dict[str, float]:
-        engine = self._engine
+    def _apply_step(self, step: dict[str, float], total: torch.Tensor, *,
+                    pretraining: bool) -> dict[str, float]:
+        engine = self._engine  # (no critic here: pretraining is always False)
         if not torch.isfinite(total):  # the same on every rank: the loss is all-reduced
             engine.zero_grad()
             self._count_nonfinite_step(float(total), float("nan"))

@@ -13,9 +13,10 @@ on Monte-Carlo returns, and only the critic's optimizer steps.
 
 One call of `_update` is one training iteration: `ppo_epochs` passes over the rollout batch in
 mini-batches of whole prompt groups (`minibatches.py`), one optimizer step each, accumulated
-over micro-batches of at most `max_tokens_per_micro_batch` tokens (and `micro_batch_size` rows;
-`micro_batches.py`). Every term is normalised by the counts of the whole mini-batch, computed
-before it is split, so the budget changes memory use and nothing else — the logged metrics
+over micro-batches of at most `max_tokens_per_micro_batch` tokens (sized for the learner's GPU
+when "auto": `RLVRModule.size_for_device`) and `micro_batch_size` rows (`micro_batches.py`).
+Every term is normalised by the counts of the whole mini-batch, computed before it is split, so
+the budget changes memory use and nothing else — the logged metrics
 included: they are the mini-batch's values, averaged over the iteration's optimizer steps.
 
 With `num_learners >= 2` (DDP) every learner takes the same steps, each on its share of every
@@ -38,7 +39,7 @@ from rllib_llm.exchange.columns import (
     ACTION_MASK,
     ADVANTAGES,
     ATTENTION_MASK,
-    CORRECT,
+    LOGP,
     MC_RETURNS,
     OLD_LOGP,
     REF_LOGP,
@@ -48,16 +49,18 @@ from rllib_llm.exchange.columns import (
     VALUE_TARGETS,
     VALUES,
 )
+from rllib_llm.exchange.columns import ENTROPY as ENTROPY_OUT
 from rllib_llm.exchange.devices import IS_GPU, announce, is_gpu, module_device, require_visible_gpu
 from rllib_llm.exchange.threads import set_torch_threads
 from rllib_llm.learner import data_parallel, micro_batches
 from rllib_llm.learner.minibatches import minibatch_rows
+from rllib_llm.learner.step_context import StepContext, positive_rows, step_context, with_context
 from rllib_llm.learner.step_metrics import StepMetrics
 
 # Metric names the learner logs per module (besides the pg variant's own metrics).
 PG_LOSS = "pg_loss"
 KL_LOSS = "kl_loss"
-ENTROPY = "entropy"
+ENTROPY = "entropy"  # the aggregate of the forward output ENTROPY_OUT
 POSITIVE_NLL = "positive_nll_loss"
 POSITIVE_LOSS = "positive_loss"  # ROLL's postive_loss (positive_loss_coef)
 TOPR_NEG_LOSS = "topr_neg_loss"  # ROLL's topr_neg_loss (use_topr_neg_loss_coef)
@@ -94,9 +97,6 @@ class RLVRLearner(TorchLearner):
         self._pg_params = {
             name: getattr(cfg, name) for name in params if hasattr(cfg, name)
         } | dict(cfg.pg_variant_kwargs)
-        self._counts: core.AggCounts | None = None
-        self._term_counts: dict[str, torch.Tensor] = {}
-        self._step_metrics: StepMetrics | None = None
         # Shuffles the order of the prompt groups per epoch when RLlib's
         # shuffle_batch_per_epoch asks for it; seeded, and saved with the checkpoint.
         self._shuffle = torch.Generator().manual_seed(cfg.seed or 0)
@@ -106,11 +106,12 @@ class RLVRLearner(TorchLearner):
         self._has_critic = module.has_critic
         self._critic_refs = {self.get_param_ref(p) for p in module.critic_parameters()}
         self._value_pretrain_done = 0  # value-pretraining iterations done (checkpointed)
-        self._pretraining = False
         device = module_device(module)
         self._device_is_gpu = is_gpu(device)
+        # "auto" budgets and checkpointing, for the device the module now computes on.
+        sized = module.size_for_device(cfg.device_memory_share)
         rank, world = data_parallel.rank_and_world()
-        announce("the learner" if world == 1 else f"learner {rank} of {world}", device)
+        announce("the learner" if world == 1 else f"learner {rank} of {world}", device, sized)
 
     def configure_optimizers_for_module(self, module_id, config=None) -> None:
         """One Adam optimizer (RLlib's default, under RLlib's default name), or with a critic
@@ -161,19 +162,18 @@ class RLVRLearner(TorchLearner):
         start = time.perf_counter()
         cfg = self.config
         data = batch[DEFAULT_MODULE_ID]
-        self._pretraining = self._has_critic and \
-            self._value_pretrain_done < cfg.value_pretrain_steps
+        pretraining = self._has_critic and self._value_pretrain_done < cfg.value_pretrain_steps
         if self._has_critic:
             # Value pretraining fits Monte-Carlo returns (VC-PPO); then GAE's returns.
-            data = {**data, VALUE_TARGETS: data[MC_RETURNS if self._pretraining else RETURNS]}
+            data = {**data, VALUE_TARGETS: data[MC_RETURNS if pretraining else RETURNS]}
             self._log_critic_batch_metrics(data)
         steps = minibatch_rows(
             data[ACTION_MASK].shape[0], group_size=cfg.num_return_sequences_in_group,
             mini_batch_size=cfg.mini_batch_size, num_epochs=cfg.ppo_epochs,
             generator=self._shuffle if cfg.shuffle_batch_per_epoch else None,
         )
-        results = [self._optimizer_step({k: v[rows] for k, v in data.items()})
-                   for rows in steps]
+        results = [self._optimizer_step({k: v[rows] for k, v in data.items()},
+                                        pretraining=pretraining) for rows in steps]
         merged = StepMetrics.over_steps(results)
         for name, value in merged.items():
             self.metrics.log_value((DEFAULT_MODULE_ID, name), value, window=1)
@@ -183,28 +183,27 @@ class RLVRLearner(TorchLearner):
                                self._nonfinite_total, window=1)
         if self._has_critic:
             self.metrics.log_value((DEFAULT_MODULE_ID, VALUE_PRETRAINING),
-                                   float(self._pretraining), window=1)
-            self._value_pretrain_done += int(self._pretraining)
+                                   float(pretraining), window=1)
+            self._value_pretrain_done += int(pretraining)
         seconds = time.perf_counter() - start
         tokens = float(data[ATTENTION_MASK].sum()) * cfg.ppo_epochs
         self.metrics.log_value((DEFAULT_MODULE_ID, TOKENS_PER_S), tokens / seconds, window=1)
         loss = torch.tensor(merged.get(TOTAL_LOSS, float("nan")))
         return {}, {DEFAULT_MODULE_ID: loss}, {}
 
-    def _optimizer_step(self, mini: dict[str, torch.Tensor]) -> dict[str, float]:
-        """One optimizer step on a mini-batch, accumulated over its micro-batches.
+    def _optimizer_step(self, mini: dict[str, torch.Tensor], *,
+                        pretraining: bool) -> dict[str, float]:
+        """One optimizer step on a mini-batch, accumulated over its micro-batches (the critic
+        alone where `pretraining`).
 
         A non-finite loss or gradient skips the step (the weights and Adam's moments stay as
         they were); `max_consecutive_nonfinite_steps` skipped in a row stop training.
         """
         cfg = self.config
-        # The normalisers are the whole mini-batch's, on every data-parallel rank.
+        # The normalisers are the whole mini-batch's, on every data-parallel rank; they travel
+        # to each micro-batch's loss in the micro-batch itself.
+        context = StepContext.of(mini, value_pretraining=pretraining)
         mask = mini[ACTION_MASK]
-        self._counts = core.agg_counts(mask)
-        positive = _positive(mini)[:, None]  # (B, 1)
-        self._term_counts = {
-            "positive": (mask * positive).sum(), "negative": (mask * (1 - positive)).sum(),
-        }
         rank, world = data_parallel.rank_and_world()
         mine = mini
         if world > 1:  # this rank's share of the prompt groups
@@ -212,25 +211,26 @@ class RLVRLearner(TorchLearner):
                                            group_size=cfg.num_return_sequences_in_group,
                                            rank=rank, world=world)
             mine = {k: v[rows.to(v.device)] for k, v in mini.items()}
-        self._step_metrics = metrics = StepMetrics()
         for optim in self._optimizer_parameters:
             optim.zero_grad(set_to_none=True)
         total = torch.zeros((), dtype=torch.float64)
-        micros = micro_batches.split(mine, max_tokens=cfg.max_tokens_per_micro_batch,
+        module = self.module[DEFAULT_MODULE_ID].unwrapped()
+        micros = micro_batches.split(mine, max_tokens=module.micro_batch_tokens,
                                      max_rows=cfg.micro_batch_size)
         for i, micro in enumerate(micros):
             # DDP all-reduces the gradients once per step, in the last micro-batch's backward.
             with self._gradient_sync(last=i == len(micros) - 1):
                 fwd_out = self._forward_train(micro)
-                loss = self.compute_losses(fwd_out=fwd_out, batch={DEFAULT_MODULE_ID: micro})[
-                    DEFAULT_MODULE_ID]
+                loss = self.compute_losses(fwd_out=fwd_out, batch={
+                    DEFAULT_MODULE_ID: with_context(micro, context)})[DEFAULT_MODULE_ID]
                 # DDP averages over ranks; each rank's piece is normalised by the whole
                 # mini-batch's counts, so world * mean = the sum of the pieces.
                 self._backward(loss * world)
             total = total + loss.detach().double()
-        metrics.add_sum(TOTAL_LOSS, float(total))
-        step = data_parallel.all_reduce_step_metrics(metrics.values())
-        return self._apply_step(step, torch.tensor(step[TOTAL_LOSS], dtype=torch.float64))
+        context.metrics.add_sum(TOTAL_LOSS, float(total))
+        step = data_parallel.all_reduce_step_metrics(context.metrics.values())
+        return self._apply_step(step, torch.tensor(step[TOTAL_LOSS], dtype=torch.float64),
+                                pretraining=pretraining)
 
     def _forward_train(self, micro: dict[str, torch.Tensor]) -> dict[str, Any]:
         return self.module.forward_train({DEFAULT_MODULE_ID: micro})
@@ -238,10 +238,11 @@ class RLVRLearner(TorchLearner):
     def _backward(self, loss: torch.Tensor) -> None:
         loss.backward()
 
-    def _apply_step(self, step: dict[str, float], total: torch.Tensor) -> dict[str, float]:
+    def _apply_step(self, step: dict[str, float], total: torch.Tensor, *,
+                    pretraining: bool) -> dict[str, float]:
         """Clip and apply the accumulated gradients (or skip a non-finite step); returns the
         step's metrics with the gradient norms."""
-        if self._pretraining:
+        if pretraining:
             # The actor stays frozen: a shared trunk's value-loss gradient is dropped too.
             for pid, p in self._params.items():
                 if pid not in self._critic_refs:
@@ -256,7 +257,7 @@ class RLVRLearner(TorchLearner):
             self._nonfinite_in_a_row = 0
             self.apply_gradients(self.postprocess_gradients(grads))
         # Gradients are the same on every rank after DDP's all-reduce: so are their norms.
-        if not self._pretraining:
+        if not pretraining:
             step[GRAD_NORM] = float(actor_norm)
         if self._has_critic:
             step[CRITIC_GRAD_NORM] = float(critic_norm)
@@ -290,10 +291,19 @@ class RLVRLearner(TorchLearner):
 
     # --- the loss of one micro-batch ------------------------------------------------------------
     def compute_loss_for_module(self, *, module_id, config, batch, fwd_out) -> torch.Tensor:
-        cfg = config
-        mask = batch[ACTION_MASK]  # (B, T)
-        counts = self._counts or core.agg_counts(mask)
-        metrics = self._step_metrics if self._step_metrics is not None else StepMetrics()
+        """The micro-batch's total loss: one sum over named terms, each times its coefficient
+        (the module docstring's formula); each term's value goes to the step's metrics."""
+        context = step_context(batch)
+        terms = self._loss_terms(config, fwd_out, batch, context)
+        for name, (_, value) in terms.items():
+            context.metrics.add_sum(name, float(value.detach()))
+        return total_loss(terms, like=fwd_out[LOGP])
+
+    def _loss_terms(self, cfg, fwd_out, batch, context: StepContext) -> dict[str, LossTerm]:
+        """{name: (coefficient, aggregated term)} in the order they are summed (kept fixed, so
+        the sum rounds the same way in every run). Terms whose coefficient is 0 are there for
+        their metric and left out of the sum."""
+        mask, counts, metrics = batch[ACTION_MASK], context.counts, context.metrics
         share = _token_share(mask, counts)  # this micro-batch's share of the mini-batch tokens
         norm_length = cfg.loss_agg_norm_length or cfg.response_length
 
@@ -303,13 +313,13 @@ class RLVRLearner(TorchLearner):
                                  num_tokens=counts.num_tokens if num_tokens is None else num_tokens,
                                  num_seqs=counts.num_seqs)
 
-        value_term = 0.0
+        terms: dict[str, LossTerm] = {}
+        if not context.value_pretraining:
+            terms |= self._actor_terms(cfg, fwd_out, batch, agg, context, share)
         if VALUES in fwd_out:
-            value_term = self._value_loss(fwd_out[VALUES], batch, agg, metrics, share)
-        if self._pretraining:
-            return value_term
-        return self._actor_loss(cfg, fwd_out, batch, agg, metrics, share) + \
-            cfg.value_loss_coef * value_term
+            value = self._value_loss(fwd_out[VALUES], batch, agg, metrics, share)
+            terms[VALUE_LOSS] = (1.0 if context.value_pretraining else cfg.value_loss_coef, value)
+        return terms
 
     def _value_loss(self, values, batch, agg, metrics: StepMetrics, share: float):
         """The critic's loss on this micro-batch: agg(½·max((V − R)², (V_clip − R)²))."""
@@ -317,16 +327,17 @@ class RLVRLearner(TorchLearner):
         old, targets = batch[VALUES], batch[VALUE_TARGETS]
         loss = agg(core.value_loss_per_token(values, old, targets, mask,
                                              value_clip=cfg.value_clip))
-        metrics.add_sum(VALUE_LOSS, float(loss.detach()))
         if cfg.value_clip is not None:
             clipfrac = core.value_clipfrac(values, old, targets, mask, value_clip=cfg.value_clip)
             metrics.add_token_stat(VALUE_CLIPFRAC, float(clipfrac), share)
         return loss
 
-    def _actor_loss(self, cfg, fwd_out, batch, agg, metrics: StepMetrics, share: float):
-        """The actor's loss on this micro-batch (the formula in the module docstring)."""
-        logp, mask = fwd_out["logp"], batch[ACTION_MASK]  # (B, T) each
-        positive = _positive(batch)  # (B,)
+    def _actor_terms(self, cfg, fwd_out, batch, agg, context: StepContext,
+                     share: float) -> dict[str, LossTerm]:
+        """The actor's terms on this micro-batch (the formula in the module docstring); the pg
+        variant's own statistics go to the step's metrics."""
+        logp, mask = fwd_out[LOGP], batch[ACTION_MASK]  # (B, T) each
+        positive = positive_rows(batch)  # (B,)
         # A variant that splits by correctness gets the correct flag as its scores
         # (core.PgVariantInfo); the others get the scores themselves.
         splits = core.pg_variant_info(cfg.pg_variant).splits_by_correct
@@ -343,34 +354,24 @@ class RLVRLearner(TorchLearner):
             )
             pg_tok = pg_tok * is_weights
             pg_metrics = {**pg_metrics, **is_metrics}
-        pg_loss = agg(pg_tok)
-        loss = pg_loss
+        for name, value in pg_metrics.items():
+            context.metrics.add_token_stat(name, float(value), share)
+        terms = {PG_LOSS: (cfg.rl_loss_coef, agg(pg_tok))}
         if cfg.use_kl_loss:
-            kl = agg(core.kl_estimate(logp, batch[REF_LOGP], cfg.kl_loss_kind))
-            loss = loss + cfg.kl_loss_coef * kl
-            metrics.add_sum(KL_LOSS, float(kl.detach()))
-        loss = cfg.rl_loss_coef * loss
-        entropy = agg(fwd_out["entropy"])
-        if cfg.entropy_coef:
-            loss = loss - cfg.entropy_coef * entropy
+            kl = core.kl_estimate(logp, batch[REF_LOGP], cfg.kl_loss_kind)
+            terms[KL_LOSS] = (cfg.rl_loss_coef * cfg.kl_loss_coef, agg(kl))
+        terms[ENTROPY] = (-cfg.entropy_coef, agg(fwd_out[ENTROPY_OUT]))
         if cfg.positive_nll_coef:
-            nll = core.positive_nll_loss(logp, mask, positive,
-                                         num_tokens=self._term_counts.get("positive"))
-            loss = loss + cfg.positive_nll_coef * nll
-            metrics.add_sum(POSITIVE_NLL, float(nll.detach()))
+            terms[POSITIVE_NLL] = (cfg.positive_nll_coef, core.positive_nll_loss(
+                logp, mask, positive, num_tokens=context.positive_tokens))
         if cfg.positive_loss_coef or cfg.use_topr_neg_loss_coef:
             pos_tok, pos_mask, neg_tok, neg_mask = core.roll_topr_terms(
                 logp, batch[OLD_LOGP], batch[ADVANTAGES], mask, positive)
-            pos = agg(pos_tok, pos_mask, self._term_counts.get("positive"))
-            neg = agg(neg_tok, neg_mask, self._term_counts.get("negative"))
-            loss = loss + cfg.positive_loss_coef * pos + cfg.use_topr_neg_loss_coef * neg
-            metrics.add_sum(POSITIVE_LOSS, float(pos.detach()))
-            metrics.add_sum(TOPR_NEG_LOSS, float(neg.detach()))
-        metrics.add_sum(PG_LOSS, float(pg_loss.detach()))
-        metrics.add_sum(ENTROPY, float(entropy.detach()))
-        for name, value in pg_metrics.items():
-            metrics.add_token_stat(name, float(value), share)
-        return loss
+            terms[POSITIVE_LOSS] = (cfg.positive_loss_coef,
+                                    agg(pos_tok, pos_mask, context.positive_tokens))
+            terms[TOPR_NEG_LOSS] = (cfg.use_topr_neg_loss_coef,
+                                    agg(neg_tok, neg_mask, context.negative_tokens))
+        return terms
 
     def _log_critic_batch_metrics(self, data: dict[str, torch.Tensor]) -> None:
         """How well the rollout-time values V_old predict this iteration's targets."""
@@ -438,12 +439,19 @@ class RLVRLearner(TorchLearner):
         return self.module[DEFAULT_MODULE_ID].unwrapped().policy_weights()
 
 
-def _positive(batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """(B,) 1.0 for a positive response: the packed correct flag (the verifier's verdict, or
-    score > 0 where an env gives none; exchange/columns.py), else score > 0."""
-    if CORRECT in batch:
-        return batch[CORRECT].float()
-    return (batch[SCORES] > 0).float()
+LossTerm = tuple[float, torch.Tensor]  # (coefficient, aggregated term)
+
+
+def total_loss(terms: dict[str, LossTerm], *, like: torch.Tensor) -> torch.Tensor:
+    """sum(coefficient * term) in the table's order, leaving out the terms whose coefficient is
+    0 (a 0 * inf in a term nobody asked for would make the loss NaN); a zero tied to `like`'s
+    graph when every coefficient is 0."""
+    total = None
+    for coefficient, term in terms.values():
+        if coefficient:
+            part = term if coefficient == 1 else coefficient * term
+            total = part if total is None else total + part
+    return like.sum() * 0.0 if total is None else total
 
 
 def _token_share(mask: torch.Tensor, counts: core.AggCounts) -> float:

@@ -19,7 +19,23 @@ import torch
 from ray.rllib.core.rl_module.apis import InferenceOnlyAPI, ValueFunctionAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
-from rllib_llm.exchange.columns import ATTENTION_MASK, INPUT_IDS, RESPONSE_IDS, VALUES
+from rllib_llm.exchange.columns import (
+    ATTENTION_MASK,
+    ENTROPY,
+    INPUT_IDS,
+    LOGP,
+    RESPONSE_IDS,
+    VALUES,
+)
+from rllib_llm.exchange.devices import module_device
+from rllib_llm.exchange.memory_budgets import (
+    AUTO,
+    CPU_MICRO_BATCH_TOKENS,
+    budgets_for_device,
+    free_device_bytes,
+    model_shape,
+    sizing_note,
+)
 from rllib_llm.learner import micro_batches
 from rllib_llm.learner.tensor_state import TensorState
 from rllib_llm.learner.token_logp import head_token_logp_and_entropy, token_logp_and_entropy
@@ -73,7 +89,8 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
     model_config keys: `model_name_or_path`, `model_dtype`, `temperature`, `use_reference`,
     `entropy_grad` (the entropy needs a gradient: entropy_coef > 0), `micro_batch_tokens` and
     `micro_batch_rows` (the learner's micro-batch budget, which every scoring pass keeps; None =
-    no bound), `gradient_checkpointing` (recompute layer activations in backward),
+    no bound; "auto": the CPU's until `size_for_device`), `gradient_checkpointing` (recompute
+    layer activations in backward; "auto": off until `size_for_device`),
     `fused_kernels` (log-probs from the last hidden states and the LM head, chunk by chunk:
     `use_fused_kernels`), `critic` (None, or {"model_name_or_path": ..., "shares_trunk": bool}),
     `teacher` (None, or the teacher's model_name_or_path: `teacher_model_name_or_path`),
@@ -86,8 +103,10 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
         self.temperature = float(cfg["temperature"])
         self.model = load_model(cfg["model_name_or_path"], dtype=cfg["model_dtype"])
         self.entropy_grad = bool(cfg.get("entropy_grad", True))
-        # The learner's micro-batch budget, which scoring passes keep too.
-        self.micro_batch_tokens = cfg.get("micro_batch_tokens")
+        # The learner's micro-batch budget, which scoring passes keep too ("auto": the CPU's, until
+        # the learner sizes it for its device: `size_for_device`).
+        tokens = cfg.get("micro_batch_tokens")
+        self.micro_batch_tokens = CPU_MICRO_BATCH_TOKENS if tokens == AUTO else tokens
         self.micro_batch_rows = cfg.get("micro_batch_rows")
         # LoRA (models/lora.py): the learner trains adapters on the frozen base; env runners hold
         # plain weights and receive merged ones. The reference is the base, adapters off.
@@ -114,7 +133,7 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
                 check_fused_head(teacher)
             self.teacher_model = teacher.eval()
         critic = cfg.get("critic")
-        self.gradient_checkpointing = bool(cfg.get("gradient_checkpointing")) and \
+        self.gradient_checkpointing = cfg.get("gradient_checkpointing") is True and \
             not self.inference_only
         if critic and not self.inference_only:
             if critic["shares_trunk"]:
@@ -124,9 +143,45 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
                 self.critic = load_value_model(critic["model_name_or_path"],
                                                dtype=cfg["model_dtype"])
         if self.gradient_checkpointing:
-            for trunk in (self.model, getattr(getattr(self, CRITIC, None), "trunk", None)):
-                if trunk is not None:
+            for trunk in self._trunks():
+                enable_gradient_checkpointing(trunk)
+
+    def _trunks(self) -> list[torch.nn.Module]:
+        """The models gradient checkpointing applies to: the policy's, and a critic's trunk."""
+        critic_trunk = getattr(getattr(self, CRITIC, None), "trunk", None)
+        return [t for t in (self.model, critic_trunk) if t is not None]
+
+    def size_for_device(self, share: float, free_bytes: int | None = None) -> str:
+        """Settle the "auto" learner settings for the device the module is on, once the learner
+        has placed it there. On a GPU: gradient checkpointing on (where every trunk supports
+        it), and the micro-batch budget what fits `share` of the GPU's free memory
+        (exchange/memory_budgets.py). On a CPU the defaults of `setup` stay.
+
+        `free_bytes`: the device's free memory (default: asked of torch, now). Returns what was
+        sized, for the learner's device line; "" when nothing was.
+        """
+        cfg = self.model_config
+        if free_bytes is None:
+            free_bytes = free_device_bytes(module_device(self.model))
+        if free_bytes is None or self.inference_only:
+            return ""
+        notes = []
+        if cfg.get("gradient_checkpointing") == AUTO:
+            trunks = self._trunks()
+            if all(getattr(t, "supports_gradient_checkpointing", False) for t in trunks):
+                for trunk in trunks:
                     enable_gradient_checkpointing(trunk)
+                self.gradient_checkpointing = True
+            notes.append(f"gradient_checkpointing={self.gradient_checkpointing} (auto)")
+        if cfg.get("micro_batch_tokens") == AUTO:
+            others = [getattr(self, name) for name in NON_INFERENCE if hasattr(self, name)]
+            shape = model_shape(self.model, others=others, trained=True)
+            free_before = free_bytes + shape.weight_bytes  # (its weights are there already)
+            _, self.micro_batch_tokens = budgets_for_device(
+                free_before, share, shape, gradient_checkpointing=self.gradient_checkpointing)
+            notes.append(f"max_tokens_per_micro_batch={self.micro_batch_tokens} "
+                         f"({sizing_note(free_before, share)})")
+        return ", ".join(notes)
 
     def train(self, mode: bool = True):
         """The learner switches the module to training mode; the reference stays in eval mode
@@ -191,8 +246,8 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
             out[VALUES] = response_values(self.value_head, hidden, batch[RESPONSE_IDS].shape[1])
         elif self.has_critic:
             out[VALUES] = self.compute_values(batch)
-        out["logp"], out["entropy"] = self._token_logp(self.model, batch, hidden,
-                                                       entropy_grad=self.entropy_grad)
+        out[LOGP], out[ENTROPY] = self._token_logp(self.model, batch, hidden,
+                                                   entropy_grad=self.entropy_grad)
         return out
 
     def _token_logp(self, model: torch.nn.Module, batch: dict[str, Any],

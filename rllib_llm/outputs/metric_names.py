@@ -3,7 +3,7 @@
 CSV/TensorBoard loggers flatten it (nested dicts joined by "/"), and they stay stable: a rename
 keeps the old name working until the next major version.
 
-`python -m rllib_llm.outputs.metric_names` prints the table (the README's "Metric names" section).
+`python -m rllib_llm.outputs.metric_names` prints the table (docs/SETTINGS.md's "Metric names").
 """
 
 from __future__ import annotations
@@ -38,6 +38,12 @@ DISTILLATION_REVERSE_KL = "learners/default_policy/distillation_reverse_kl"
 TIME_SAMPLE_S = "timers/sample"
 TIME_LEARN_S = "timers/learn"
 TIME_WEIGHT_SYNC_S = "timers/weight_sync"
+# Inside the sample phase: an env runner's sample() call and its parts (rollout/sample_metrics.py),
+# seconds, means over the runners. timers/sample - the call = carrying the episodes to the driver.
+SAMPLE_CALL_S = "env_runners/time_sample_call_s"
+GENERATE_S = "env_runners/time_generate_s"
+VERIFY_S = "env_runners/time_verify_s"
+REPLAY_S = "env_runners/time_replay_s"
 # Staleness and idle time (rllib_llm/algorithm/async_sampling.py), synchronous training too.
 STALENESS_MEAN = "async_sampling/staleness_mean"
 STALENESS_MAX = "async_sampling/staleness_max"
@@ -77,6 +83,12 @@ METRICS: Mapping[str, str] = MappingProxyType({
     TIME_SAMPLE_S: "seconds generating and verifying this iteration",
     TIME_LEARN_S: "seconds updating this iteration",
     TIME_WEIGHT_SYNC_S: "seconds sending weights to the env runners this iteration",
+    SAMPLE_CALL_S: "seconds of an env runner's sample() call, all of it (timers/sample less "
+                   "this is the episodes' transfer to the driver)",
+    GENERATE_S: "seconds of the call the engine generated (multi-turn: with the env's steps "
+                "between turns)",
+    VERIFY_S: "seconds of the call the verifier scored the responses",
+    REPLAY_S: "seconds of the call spent replaying the responses through the env into episodes",
     STALENESS_MEAN: "weight versions the batch's episodes lag behind the learner, mean "
                     "(async_generation_ratio k: k once k updates are done; 0 synchronously)",
     STALENESS_MAX: "the same, the batch's largest (never above max_staleness)",
@@ -97,7 +109,7 @@ METRICS: Mapping[str, str] = MappingProxyType({
 
 
 def metrics_markdown() -> str:
-    """The table of stable metric names (README and `rllib-llm --help`)."""
+    """The table of stable metric names (docs/SETTINGS.md and `rllib-llm --help`)."""
     rows = ["| metric | meaning |", "|---|---|"]
     rows += [f"| `{name}` | {doc} |" for name, doc in METRICS.items()]
     return "\n".join(rows)

@@ -34,7 +34,15 @@ from ray.rllib.utils.framework import get_device
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME, WEIGHTS_SEQ_NO
 
 from rllib_llm.exchange.columns import PROMPT_IDS, PROMPT_INDEX
-from rllib_llm.exchange.devices import IS_GPU, announce, is_gpu, module_device, require_visible_gpu
+from rllib_llm.exchange.devices import (
+    IS_GPU,
+    announce,
+    device_default,
+    is_gpu,
+    module_device,
+    require_visible_gpu,
+)
+from rllib_llm.exchange.memory_budgets import AUTO, generate_budget
 from rllib_llm.exchange.threads import set_torch_threads
 from rllib_llm.rollout.engine import SamplingParams
 from rllib_llm.rollout.evaluation import (
@@ -53,7 +61,9 @@ from rllib_llm.rollout.replay import replay_response
 from rllib_llm.rollout.sample_metrics import (
     IDLE_S,
     NUM_DROPPED_PROMPTS,
+    SAMPLE_CALL_S,
     WEIGHT_LOAD_S,
+    SampleTimes,
     log_partial_metrics,
     log_sample_metrics,
     log_turn_metrics,
@@ -223,10 +233,16 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
 
     def _make_engine(self):
         cfg, tok = self.config, self.env.tokenizer
+        who = f"env runner {self.worker_index}" if self.worker_index else "the driver's env runner"
         if cfg.rollout_engine == "vllm":
             from rllib_llm.models import resolve_path
             from rllib_llm.rollout.vllm_engine import VLLMRolloutEngine
 
+            # "auto": CUDA graphs on a GPU, eager on a CPU.
+            eager = device_default(cfg.vllm_enforce_eager, self._device, gpu=False, cpu=True)
+            if cfg.vllm_enforce_eager == AUTO and self._device.type == "cuda":
+                announce(f"{who}'s vLLM engine", self._device,
+                         f"vllm_enforce_eager={eager} (auto: CUDA graphs)")
             return VLLMRolloutEngine(
                 resolve_path(cfg.model_name_or_path),
                 eos_token_id=tok.eos_token_id,
@@ -235,15 +251,20 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
                 gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
                 kv_cache_memory_bytes=cfg.vllm_kv_cache_memory_bytes,
                 tensor_parallel_size=cfg.vllm_tensor_parallel_size,
-                enforce_eager=cfg.vllm_enforce_eager,
+                enforce_eager=eager,
                 max_num_seqs=cfg.vllm_max_num_seqs,
                 enable_sleep_mode=cfg.vllm_enable_sleep_mode,
             )
         from rllib_llm.rollout.torch_engine import TorchRolloutEngine
 
+        # Sized for the device the engine computes on, now that the model is there.
+        budget, sized = generate_budget(cfg.max_tokens_per_generate_batch, self._device,
+                                        self.module.model, cfg.device_memory_share)
+        if sized:
+            announce(f"{who}'s torch engine", self._device, sized)
         return TorchRolloutEngine(
             self.module.model, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-            device=self._device, max_tokens_per_batch=cfg.max_tokens_per_generate_batch,
+            device=self._device, max_tokens_per_batch=budget,
         )
 
     def _sampling(self) -> SamplingParams:
@@ -282,6 +303,7 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
             return self._sample(num_prompts or self.num_prompts_per_sample())
         finally:
             self._last_sample_end = time.perf_counter()
+            self.metrics.log_value(SAMPLE_CALL_S, self._last_sample_end - start, window=1)
 
     def _sample(self, num_prompts: int) -> list[SingleAgentEpisode]:
         if self._in_flight is not None:
@@ -290,14 +312,16 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         prompts = [self.env.reset() for _ in range(num_prompts)]  # (obs, info) per prompt
         if getattr(self.env, "multi_turn", False):
             return self._sample_multi_turn([info[PROMPT_INDEX] for _, info in prompts], n)
+        indices = [info[PROMPT_INDEX] for _, info in prompts]
         t0 = time.perf_counter()
         responses = self.engine.generate([info[PROMPT_IDS] for _, info in prompts], n,
                                          self._sampling())
         t1 = time.perf_counter()
-        episodes = self._episodes(self.env, [info[PROMPT_INDEX] for _, info in prompts],
-                                  responses)
+        verdicts = self._verify(self.env, indices, responses)
         t2 = time.perf_counter()
-        self._log_sample_metrics(episodes, t1 - t0, t2 - t1)
+        episodes = self._build_episodes(self.env, indices, responses, verdicts)
+        t3 = time.perf_counter()
+        self._log_sample_metrics(episodes, SampleTimes(t1 - t0, t2 - t1, t3 - t2))
         return episodes
 
     def _sample_partial(self, num_prompts: int) -> list[SingleAgentEpisode]:
@@ -309,11 +333,13 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         flat = [(g, r) for g in groups for r in g.responses]
         verdicts = self.env.verify_responses([g.prompt_index for g, _ in flat],
                                              [r.token_ids for _, r in flat])
+        t2 = time.perf_counter()
         episodes = [replay_response(self.env, g.prompt_index, r.response(), group_id=g.group_id,
                                     weight_version=np.asarray(r.versions, dtype=np.int64),
                                     verification=verdict)
                     for (g, r), verdict in zip(flat, verdicts, strict=True)]
-        self._log_sample_metrics(episodes, t1 - t0, time.perf_counter() - t1)
+        self._log_sample_metrics(episodes,
+                                 SampleTimes(t1 - t0, t2 - t1, time.perf_counter() - t2))
         log_partial_metrics(self.metrics, self._in_flight, [r for _, r in flat])
         return episodes
 
@@ -325,18 +351,21 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
 
     def _sample_multi_turn(self, prompt_indices: list[int], n: int) -> list[SingleAgentEpisode]:
         """Episodes of a multi-turn env, turn by turn (`rollout.multi_turn`); generation and
-        env steps (tools, verification) interleave, so their time is reported together."""
+        env steps (tools, verification) interleave, so their time is reported together, as
+        generation; making the finished episodes is the replay."""
         t0 = time.perf_counter()
         finished = run_multi_turn(self.envs_for(self.env, len(prompt_indices) * n),
                                   self.engine, prompt_indices, n, self._sampling(),
                                   self.executor)
+        t1 = time.perf_counter()
         version = self.engine.weight_version
         episodes = []
         for g in range(len(prompt_indices)):
             group_id = f"{self.worker_index or 0}-{next(self._counter)}"
             episodes += [to_single_agent_episode(e, group_id=group_id, weight_version=version)
                          for e in finished[g * n:(g + 1) * n]]
-        self._log_sample_metrics(episodes, time.perf_counter() - t0, 0.0)
+        self._log_sample_metrics(episodes,
+                                 SampleTimes(t1 - t0, replay=time.perf_counter() - t1))
         log_turn_metrics(self.metrics, episodes)
         return episodes
 
@@ -354,15 +383,13 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
             self._executor = ThreadPoolExecutor(MAX_TOOL_THREADS, thread_name_prefix="env-step")
         return self._executor
 
-    def _episodes(self, env, prompt_indices: list[int], responses) -> list[SingleAgentEpisode]:
-        """One finished episode per response; a group's responses share a group id.
-
-        All responses are verified in one batch first (the verifier's pool overlaps them), then
-        each is replayed through the env with its precomputed verdict.
-        """
+    @staticmethod
+    def _verify(env, prompt_indices: list[int], responses) -> list[Any]:
+        """The verdicts of every response (`responses[g][j]` answers `prompt_indices[g]`), flat,
+        in one batch (the verifier's pool overlaps them); `_build_episodes` replays each with
+        its verdict."""
         flat = [(i, r) for i, group in zip(prompt_indices, responses) for r in group]
-        verdicts = env.verify_responses([i for i, _ in flat], [r.token_ids for _, r in flat])
-        return self._build_episodes(env, prompt_indices, responses, verdicts)
+        return env.verify_responses([i for i, _ in flat], [r.token_ids for _, r in flat])
 
     def _build_episodes(self, env, prompt_indices: list[int], responses,
                         verdicts) -> list[SingleAgentEpisode]:
@@ -378,9 +405,9 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
                     verification=verdicts[g * len(group) + j]))
         return episodes
 
-    def _log_sample_metrics(self, episodes, generate_s: float, verify_s: float) -> None:
+    def _log_sample_metrics(self, episodes, times: SampleTimes) -> None:
         self.num_env_steps_sampled_lifetime += log_sample_metrics(
-            self.metrics, episodes, generate_s, verify_s, self.engine.weight_version,
+            self.metrics, episodes, times, self.engine.weight_version,
             self.env.verifier_metrics())
 
     # --- evaluation -----------------------------------------------------------------------------

@@ -5,6 +5,7 @@ partial rollouts alike)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
@@ -18,8 +19,16 @@ EPISODE_RETURN_MEAN = "episode_return_mean"
 ACCURACY = "accuracy"
 RESPONSE_LENGTH_MEAN = "response_length_mean"
 TRUNCATED_FRACTION = "truncated_fraction"
+# Where a runner's sample() call goes, in seconds (means over the runners' calls of the iteration):
+# the engine generating the responses (multi-turn: with the env's steps and tools between turns);
+# the verifier scoring them (multi-turn and partial rollouts: see `log_sample_metrics`);
+# replaying them through the env into episodes; and the whole call, which also holds drawing the
+# prompts, building the engine at the first call and logging. The driver's timers/sample is the
+# call plus carrying the episodes to the driver (Ray's object transfer): the difference is that.
 GENERATE_S = "time_generate_s"
 VERIFY_S = "time_verify_s"
+REPLAY_S = "time_replay_s"
+SAMPLE_CALL_S = "time_sample_call_s"
 GENERATE_TOKENS_PER_S = "generate_tokens_per_s"
 WEIGHT_VERSION_METRIC = "weight_version"
 NUM_DROPPED_PROMPTS = "num_dropped_prompts"
@@ -49,11 +58,20 @@ PARTIAL_ROUNDS = "partial_rounds"
 PARTIAL_MIXED_FRACTION = "partial_mixed_version_fraction"
 
 
-def log_sample_metrics(metrics, episodes: Sequence[SingleAgentEpisode], generate_s: float,
-                       verify_s: float, weight_version: int,
-                       verifier_counts: Mapping[str, int]) -> int:
-    """Log a call's rewards, accuracy, lengths, times and the engine's weight version; returns
-    the env steps (tokens) of the episodes, which RLlib counts as sampled."""
+@dataclass(frozen=True)
+class SampleTimes:
+    """Seconds of a sample() call's phases (see GENERATE_S): each measured apart, none
+    overlapping, so their sum is at most the call's own time (SAMPLE_CALL_S)."""
+
+    generate: float
+    verify: float = 0.0
+    replay: float = 0.0
+
+
+def log_sample_metrics(metrics, episodes: Sequence[SingleAgentEpisode], times: SampleTimes,
+                       weight_version: int, verifier_counts: Mapping[str, int]) -> int:
+    """Log a call's rewards, accuracy, lengths, phase times and the engine's weight version;
+    returns the env steps (tokens) of the episodes, which RLlib counts as sampled."""
     lengths = [len(e) for e in episodes]
     returns = [float(e.get_return()) for e in episodes]
     correct = [is_correct(e.get_infos(-1), float(e.get_return())) for e in episodes]
@@ -64,9 +82,10 @@ def log_sample_metrics(metrics, episodes: Sequence[SingleAgentEpisode], generate
     m.log_value(RESPONSE_LENGTH_MEAN, float(np.mean(lengths)), window=1)
     m.log_value(TRUNCATED_FRACTION, float(np.mean([e.is_truncated for e in episodes])),
                 window=1)
-    m.log_value(GENERATE_S, generate_s, window=1)
-    m.log_value(VERIFY_S, verify_s, window=1)
-    m.log_value(GENERATE_TOKENS_PER_S, steps / max(generate_s, 1e-9), window=1)
+    m.log_value(GENERATE_S, times.generate, window=1)
+    m.log_value(VERIFY_S, times.verify, window=1)
+    m.log_value(REPLAY_S, times.replay, window=1)
+    m.log_value(GENERATE_TOKENS_PER_S, steps / max(times.generate, 1e-9), window=1)
     m.log_value(WEIGHT_VERSION_METRIC, weight_version, window=1)
     m.log_value(NUM_ENV_STEPS_SAMPLED_LIFETIME, steps, reduce="lifetime_sum")
     for name, count in verifier_counts.items():

@@ -111,6 +111,26 @@ def test_unknown_setting_suggests_the_close_name():
         config(pg_varient="topr")
 
 
+@pytest.mark.parametrize(("key", "meant"), [
+    ("learning_rat", "lr"),  # was: learner_strategy (closest in spelling, not in meaning)
+    ("learning_rate", "lr"),
+    ("clip_ratio", "pg_clip"),
+    ("num_generations", "num_return_sequences_in_group"),
+])
+def test_unknown_setting_suggests_the_setting_its_usual_name_means(key, meant):
+    with pytest.raises(ValueError, match=rf"unknown setting '{key}'\. Did you mean {meant}[,?]"):
+        config(**{key: 0.1})
+
+
+@pytest.mark.parametrize("runners", [-1, 1.5, True])
+def test_num_env_runners_must_be_a_count(runners):
+    # -1 was accepted, and trained (sampling in the driver, as 0 does).
+    with pytest.raises(ValueError, match=re.escape(
+            f"RLVRConfig.num_env_runners={runners!r} is invalid: it must be an integer >= 0 (0 "
+            "samples in the driver process, N >= 1 in N remote env runners)")):
+        config().env_runners(num_env_runners=runners).validate()
+
+
 def test_roll_names_mean_what_they_mean_in_roll():
     # ROLL's TOPR coefficients are loss terms of their own, not the variant's weights; ROLL's
     # own spelling "postive_loss_coef" is accepted too.

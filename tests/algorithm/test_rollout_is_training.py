@@ -10,6 +10,7 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
+from rllib_llm.learner.step_context import StepContext, with_context
 from rllib_llm.models import load_tokenizer
 from rllib_llm.models.tiny_llama import tiny_llama_config
 from rllib_llm.recipes.embedded import embedded_config
@@ -63,7 +64,8 @@ def test_learner_scales_the_per_token_pg_loss_by_the_truncated_weights(model_dir
         for name, value in fields.items():
             setattr(cfg, name, value)
         return learner.compute_loss_for_module(module_id="default_policy", config=cfg,
-                                               batch=batch, fwd_out=fwd)
+                                               batch=with_context(batch, StepContext.of(batch)),
+                                               fwd_out=fwd)
 
     plain = loss(rollout_is_level=None)
     torch.testing.assert_close(loss(rollout_is_level="token", rollout_is_threshold=1.5),

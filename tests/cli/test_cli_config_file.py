@@ -73,6 +73,11 @@ def test_sections_reach_the_builder_methods_and_set_overrides_them(tmp_path):
     ("run: {keep_checkpoints: 2, checkpoint_every: -1}", [], "run.checkpoint_every = -1"),
     ("env_runners: {num_env_runnerz: 1}", [], "env_runners.num_env_runnerz is not a setting of "
                                               "env_runners. Did you mean num_env_runners"),
+    ("env_runners: {num_env_runners: -1}", [], "RLVRConfig.num_env_runners=-1 is invalid: it "
+                                               "must be an integer >= 0"),
+    ("training: {learning_rat: 0.1}", [], "training.learning_rat is not a setting of training. "
+                                          "Did you mean lr"),
+    ("training: {pg_variant: topr}", ["learning_rat=0.1"], "Did you mean lr"),
     ("training: 3", [], "section 'training' must be a mapping"),
     ("training: {pg_variant: {grid_search: [topr, cispo]}}", [], "is a search space"),
     ("tune: {metric: evaluation/pass@1}\ntraining: {}", [], "belongs in a sweep file"),
@@ -320,11 +325,12 @@ def test_a_sweep_needs_a_search_space_and_checks_every_grid_value(tmp_path, caps
                  "--run-dir", str(tmp_path / "s")]) == 0
 
 
-def test_the_readme_settings_reference_is_generated_from_the_same_tables():
-    from rllib_llm.cli.settings_reference import readme_block
+def test_the_settings_reference_is_generated_from_the_same_tables():
+    from rllib_llm.cli.settings_reference import reference_block
 
-    readme = (EXAMPLES.parent / "README.md").read_text()
-    assert readme_block() in readme, "run: python -m rllib_llm.cli.settings_reference --readme README.md"
+    reference = (EXAMPLES.parent / "docs" / "SETTINGS.md").read_text()
+    assert reference_block() in reference, \
+        "run: python -m rllib_llm.cli.settings_reference --write docs/SETTINGS.md"
 
 
 @pytest.mark.parametrize(("sections", "expected"), [

@@ -170,11 +170,11 @@ def test_missing_field_names_it_and_the_fields_that_exist(tmp_path):
     path = write_jsonl(tmp_path / "gsm.jsonl", GSM8K_LIKE)
     with pytest.raises(
         ValueError,
-        match=r"prompt_key='prompt' is not a field of .*gsm.jsonl \(record 0\); its fields are "
+        match=r"prompt_key='prompt' is not a field of .*gsm.jsonl \(.*gsm.jsonl:1\); its fields are "
         r"\['answer', 'question'\]: pass prompt_key=<one of them>",
     ):
         load_problems(path)
-    with pytest.raises(ValueError, match=r"answer_key='solution' is not a field of .*\(record 0\)"):
+    with pytest.raises(ValueError, match=r"answer_key='solution' is not a field of .*\(.*:1\)"):
         load_problems(path, prompt_key="question", answer_key="solution")
 
 
@@ -182,17 +182,26 @@ def test_a_record_missing_a_field_is_named(tmp_path):
     path = write_jsonl(tmp_path / "p.jsonl", [{"prompt": "a", "answer": "1"}, {"prompt": "b"}])
     with pytest.raises(
         ValueError,
-        match=r"answer_key='answer' is not a field of .*\(record 1\); "
+        match=r"answer_key='answer' is not a field of .*p.jsonl \(.*p.jsonl:2\); "
         r"its fields are \['prompt'\]",
     ):
         load_problems(path)
 
 
-def test_empty_dataset(tmp_path):
-    path = tmp_path / "empty.jsonl"
-    path.write_text("\n")
-    with pytest.raises(ValueError, match=r"empty.jsonl has no problems; check the file or the"):
-        load_problems(str(path))
+@pytest.mark.parametrize(("name", "text", "message"), [
+    # A blank line between: the record numbered 1 from 0 was the file's line 3, which is what
+    # a JSON error in it says.
+    ("p.jsonl", '{"prompt": "a", "answer": "1"}\n\n{"prompt": "", "answer": "2"}\n',
+     r"^.*p.jsonl:3: prompt='' must be a non-empty string"),
+    ("p.jsonl", '{"prompt": "a", "answer": "1"}\n\n{"prompt": \n', r"p.jsonl:3 is not valid JSON"),
+    # Without lines (a .json list, a parquet file, a datasets dataset): counted from 1 too.
+    ("p.json", '[{"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": null}]',
+     r"^record 2 of .*p.json: answer=None must be a string"),
+])
+def test_records_are_named_from_1_as_json_errors_and_editors_count(tmp_path, name, text, message):
+    (tmp_path / name).write_text(text)
+    with pytest.raises(ValueError, match=message):
+        load_problems(str(tmp_path / name))
 
 
 @pytest.mark.parametrize(
@@ -201,27 +210,27 @@ def test_empty_dataset(tmp_path):
         (
             {"prompt": "", "answer": "1"},
             (
-                r"record 0 of .*: prompt='' must be a non-empty string; "
+                r"bad.jsonl:1: prompt='' must be a non-empty string; "
                 r"fix or drop that record"
             ),
         ),
-        ({"prompt": 3, "answer": "1"}, r"record 0 of .*: prompt=3 must be a non-empty string"),
+        ({"prompt": 3, "answer": "1"}, r"bad.jsonl:1: prompt=3 must be a non-empty string"),
         (
             {"prompt": "a", "answer": None},
             (
-                r"record 0 of .*: answer=None must be a string or a "
+                r"bad.jsonl:1: answer=None must be a string or a "
                 r"number; fix or drop that record"
             ),
         ),
         ({"prompt": "a", "answer": True}, r"answer=True must be a string or a number"),
         (
             {"prompt": "a", "answer": float("nan")},
-            r"record 0 of .*: answer=nan must be a finite number; fix or drop that record",
+            r"bad.jsonl:1: answer=nan must be a finite number; fix or drop that record",
         ),
         (
             {"prompt": "a", "answer": "work ####  "},
             (
-                r"record 0 of .*: answer='work ####  ' holds "
+                r"bad.jsonl:1: answer='work ####  ' holds "
                 r"no answer; fix or drop that record"
             ),
         ),

@@ -22,6 +22,7 @@ from rllib_llm.envs.token_mdp import ENV_TOKENS, PROMPT_IDS, rebuild_state
 from rllib_llm.envs.tool_env import ToolOutput, tool_env
 
 from rllib_llm import core
+from rllib_llm.learner.step_context import StepContext, with_context
 from rllib_llm.models import load_tokenizer
 from rllib_llm.rollout.engine import Response, SamplingParams
 from rllib_llm.rollout.multi_turn import run_multi_turn, to_single_agent_episode
@@ -402,9 +403,9 @@ def test_env_tokens_do_not_reach_the_loss_or_its_gradients(ray_session):
         module.model.zero_grad()
         try:
             fwd = module.forward_train(batch)
-            loss = learner.compute_loss_for_module(module_id="default_policy",
-                                                   config=learner.config, batch=batch,
-                                                   fwd_out=fwd)
+            loss = learner.compute_loss_for_module(
+                module_id="default_policy", config=learner.config,
+                batch=with_context(batch, StepContext.of(batch)), fwd_out=fwd)
         finally:
             if hook is not None:
                 hook.remove()

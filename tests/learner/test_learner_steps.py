@@ -12,6 +12,7 @@ import torch
 from rllib_llm import core
 from rllib_llm.learner import learner as learner_module
 from rllib_llm.learner.minibatches import minibatch_rows
+from rllib_llm.learner.step_context import StepContext, with_context
 from rllib_llm.recipes.embedded import embedded_config
 
 pytestmark = pytest.mark.usefixtures("ray_session")  # tests/conftest.py
@@ -40,9 +41,9 @@ def test_an_iteration_takes_epochs_times_minibatches_optimizer_steps(monkeypatch
     calls = []
     real = learner_module.RLVRLearner._optimizer_step
 
-    def recording(self, batch):
+    def recording(self, batch, **kwargs):
         calls.append(batch["action_mask"].shape[0])
-        return real(self, batch)
+        return real(self, batch, **kwargs)
 
     monkeypatch.setattr(learner_module.RLVRLearner, "_optimizer_step", recording)
     algo = embedded_config("ppo", ppo_epochs=epochs, mini_batch_size=mini, **SMALL).build_algo()
@@ -228,7 +229,8 @@ def test_topr_and_roll_terms_split_by_the_verifiers_correct_flag_not_the_score()
     logp = torch.tensor([[-1.0, -1.0], [-2.0, -4.0]], requires_grad=True)
     fwd = {"logp": logp, "entropy": torch.zeros(b, t)}
     loss = learner.compute_loss_for_module(module_id="default_policy", config=learner.config,
-                                           batch=batch, fwd_out=fwd)
+                                           batch=with_context(batch, StepContext.of(batch)),
+                                           fwd_out=fwd)
     # Only row 1 is positive: seq-mean-token-mean of -logp*A over it, divided by both rows.
     assert loss.item() == pytest.approx(3.0 / 2)
     algo.stop()

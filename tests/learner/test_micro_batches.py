@@ -95,12 +95,12 @@ def _one_step(monkeypatch, prepare=None, **settings):
     captured = {}
     real = learner_module.RLVRLearner._apply_step
 
-    def capture(self, step, total):
+    def capture(self, step, total, **kwargs):
         module = self.module["default_policy"].unwrapped()
         captured["grads"] = {n: p.grad.detach().clone() for n, p in module.named_parameters()
                              if p.grad is not None}
         captured["step"] = dict(step)
-        return real(self, step, total)
+        return real(self, step, total, **kwargs)
 
     monkeypatch.setattr(learner_module.RLVRLearner, "_apply_step", capture)
     algo = embedded_config("ppo", seed=3, **SHAPE, **settings).build_algo()

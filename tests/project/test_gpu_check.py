@@ -64,3 +64,30 @@ def test_the_shape_ran_our_side_and_ran_or_skipped_trls(report):
         assert trl["update_s"] > 0 and trl["full_length"] is True
         assert shape["comparison"]["time_ratio"] > 0
     assert report["failures"] == []
+
+
+def test_our_side_reports_its_sized_settings_its_phases_and_its_engine_against_generate(report):
+    """What the goal line reads: the settings each process settled on its device (on a CPU the
+    fixed defaults, an explicit value as given), an update's time by phase from the new metrics,
+    and the engine alone against model.generate on the same rows."""
+    shape = report["shape"]
+    ours, sizes = shape["ours"], shape["sizes"]
+    assert ours["sized"] == {"max_tokens_per_micro_batch": OURS_BUDGET,
+                             "gradient_checkpointing": False,
+                             "max_tokens_per_generate_batch": 32768}
+    phases = ours["phases"]
+    assert set(phases) == {"generate", "verify", "replay", "rest of the sample call",
+                           "transfer to the driver", "learn", "weight sync (driver)",
+                           "rest of the update (driver)", "weight load (runner)"}
+    assert all(seconds >= 0 for seconds in phases.values()), phases
+    assert phases["generate"] > 0 and phases["learn"] > 0
+    # One measured update: its phases (the runner's weight load aside: the driver does not wait
+    # for it) are its time, split.
+    assert len(ours["measured"]) == 1
+    assert sum(s for name, s in phases.items() if name != "weight load (runner)") == \
+        pytest.approx(ours["update_s"])
+    engine = ours["engine_vs_generate"]
+    tokens = sizes["prompts"] * sizes["group"] * sizes["tokens"]
+    assert engine["engine_tokens"] == engine["generate_tokens"] == tokens
+    assert engine["speedup"] > 0 and shape["comparison"]["engine_speedup"] == engine["speedup"]
+    assert "goal_engine" not in shape["comparison"]  # the goal is a GPU's

@@ -1,0 +1,75 @@
+"""What a step hands its micro-batches' losses travels in the micro-batch (never on the learner),
+and the total loss is one sum over a table of named terms."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+
+import pytest
+import torch
+
+from rllib_llm import core
+from rllib_llm.learner.learner import RLVRLearner, total_loss
+from rllib_llm.learner.step_context import STEP_CONTEXT, StepContext, step_context, with_context
+
+
+def test_the_context_holds_the_whole_mini_batchs_counts():
+    mini = {"action_mask": torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]]),
+            "correct": torch.tensor([1.0, 0.0, 1.0]), "scores": torch.tensor([1.0, 0.0, 1.0])}
+    context = StepContext.of(mini, value_pretraining=True)
+    assert (float(context.counts.num_tokens), float(context.counts.num_seqs)) == (3.0, 2.0)
+    assert (float(context.positive_tokens), float(context.negative_tokens)) == (2.0, 1.0)
+    assert context.value_pretraining and context.metrics.values() == {}
+    micro = with_context({"action_mask": mini["action_mask"][:1]}, context)
+    assert step_context(micro) is context and STEP_CONTEXT not in mini  # the input is left as is
+
+
+def test_a_loss_without_its_steps_context_is_an_error_not_a_fallback():
+    """Before, a missing context fell back to the micro-batch's own counts: the loss then
+    depended on the micro-batch budget, silently."""
+    with pytest.raises(KeyError, match="whole mini-batch's counts"):
+        step_context({"action_mask": torch.ones(1, 2)})
+
+
+def test_the_total_is_the_sum_of_coefficient_times_term_without_the_zero_ones():
+    logp = torch.zeros(2, requires_grad=True)
+    a, b = (logp + 1.0).sum(), (logp * 3.0).sum()
+    nan = torch.tensor(float("nan"))
+    total = total_loss({"a": (1.0, a), "b": (-0.5, b), "off": (0.0, nan)}, like=logp)
+    assert float(total.detach()) == pytest.approx(2.0) and torch.isfinite(total)
+    total.backward()
+    torch.testing.assert_close(logp.grad, torch.full((2,), 1.0 - 1.5))
+    zero = total_loss({"off": (0.0, nan)}, like=logp)  # nothing asked for: 0, on the graph
+    assert float(zero) == 0.0 and zero.requires_grad
+
+
+# Written to self by an update and kept across steps: each is in the learner's checkpoint.
+CHECKPOINTED_COUNTERS = {"_nonfinite_in_a_row", "_nonfinite_total", "_value_pretrain_done"}
+# Methods that set the learner up or restore it (not part of an update's flow).
+SET_UP = {"build", "set_state", "open_weight_broadcast"}
+
+
+def test_no_learner_method_hands_state_to_another_through_self():
+    """An update's methods write to `self` only the checkpointed counters; everything a step's
+    losses need (counts, metrics, value pretraining) is passed to them."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(RLVRLearner)))
+    written = {}
+    for method in (n for n in tree.body[0].body if isinstance(n, ast.FunctionDef)):
+        for node in ast.walk(method):
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+            for target in (t for tt in targets for t in ast.walk(tt)):
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
+                        and target.value.id == "self":
+                    written.setdefault(method.name, set()).add(target.attr)
+    outside_set_up = {name: attrs - CHECKPOINTED_COUNTERS for name, attrs in written.items()
+                      if name not in SET_UP}
+    assert {name: attrs for name, attrs in outside_set_up.items() if attrs} == {}
+
+
+def test_counts_are_the_same_aggregation_counts_core_uses():
+    mask = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    context = StepContext.of({"action_mask": mask, "scores": torch.tensor([0.0, 2.0])})
+    assert context.counts == core.agg_counts(mask)
