@@ -142,5 +142,5 @@ def test_a_bad_data_file_fails_the_build_with_its_own_message_before_a_remote_ru
                            env_config={"dataset": data_file_missing_an_answer(tmp_path)})
               .env_runners(num_env_runners=1))
     with pytest.raises(ValueError, match=r"^answer_key='answer' is not a field of "
-                                         r".*problems.jsonl \(record 10\)"):
+                                         r".*problems.jsonl \(.*problems.jsonl:11\)"):
         config.build_algo()

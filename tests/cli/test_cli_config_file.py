@@ -377,6 +377,6 @@ def test_train_with_a_bad_data_file_exits_2_with_one_line_before_ray_starts(tmp_
     assert run.returncode == 2, (run.stdout + run.stderr)[-3000:]
     assert run.stderr.splitlines() == [
         f"rllib-llm train: error: {path}: answer_key='answer' is not a field of {data} "
-        "(record 10); its fields are ['prompt']: pass answer_key=<one of them>"], run.stderr
+        f"({data}:11); its fields are ['prompt']: pass answer_key=<one of them>"], run.stderr
     assert not (tmp_path / "run").exists()
     assert time.monotonic() - start < 120  # the imports; Tune's trial took 43-68 s
