@@ -81,8 +81,7 @@ def kill_runner(algo, index: int = 1, *, restart: bool = True) -> None:
     ray.kill(algo.env_runner_group._worker_manager._actors[index], no_restart=not restart)
 
 
-@pytestmark_ray  # 17-52 s on 2 shared cores (a build and the runner's restart), as its peers
-
+@pytestmark_ray  # 17-52 s on 2 shared cores: a build, then the runner's restart
 def test_a_plain_loop_survives_its_only_remote_runner_killed(caplog):
     """The README's `for _ in range(N): algo.train()` with the one remote runner killed."""
     algo = one_remote_runner()
