@@ -49,7 +49,7 @@ def train(variant: str, ratio: int, seed: int, iters: int, every: int, lr_scale:
     algo = (embedded_config(variant, seed=seed, async_generation_ratio=ratio, lr=lr,
                             partial_rollout_max_split=split)
             .env_runners(num_env_runners=1).build_algo())
-    model = algo.learner_group._learner.module["default_policy"].model
+    model = algo.learner_group.local_learner.module["default_policy"].model
 
     def weights():
         return {k: v.detach().clone() for k, v in model.state_dict().items()}

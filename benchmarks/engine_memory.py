@@ -23,10 +23,8 @@ import json
 import os
 import platform
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from engine_throughput import reset_peak_rss, rss_mib, run_child  # noqa: E402
+from harness import reset_peak_rss, rss_mib, run_child
 
 PROMPT_LEN = 8
 

@@ -73,7 +73,7 @@ def main() -> None:
                            response_length=args.tokens).build_algo()
     runner = algo.env_runner_group.local_env_runner
     tok = runner.env.tokenizer
-    learner_model = algo.learner_group._learner.module["default_policy"].model
+    learner_model = algo.learner_group.local_learner.module["default_policy"].model
     phases = {k: [] for k in ("generate", "verify", "learn", "weight_sync", "other", "total")}
     engine_tps, raw_tps, floor = [], [], []
     for i in range(args.iters + 2):  # the first two iterations warm up

@@ -19,12 +19,9 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from engine_throughput import DEFAULT_SMOLLM2_DIR, smollm2_path  # noqa: E402
+from harness import DEFAULT_SMOLLM2_DIR, smollm2_path
 
 STRATEGIES = (("torch, 1 learner in the driver", "torch", 0, {}),
               ("torch DDP, 2 learners", "torch", 2, {}),
@@ -71,7 +68,7 @@ def measure(path: str, strategy: str, num_learners: int, zero: dict, args) -> di
         seconds = []
         for _ in range(args.updates + 1):
             start = time.perf_counter()
-            algo._update_learners(episodes)
+            algo.update_learners(episodes)
             seconds.append(time.perf_counter() - start)
         memory = [r.get() for r in algo.learner_group.foreach_learner(
             learner_memory).result_or_errors]

@@ -24,10 +24,8 @@ import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from engine_throughput import (  # noqa: E402
+from harness import (
     DEFAULT_SMOLLM2_DIR,
     reset_peak_rss,
     rss_mib,
@@ -64,12 +62,12 @@ def measure(args: argparse.Namespace) -> dict:
               .debugging(seed=0, log_level="ERROR"))
     algo = config.build_algo()
     episodes = algo.env_runner_group.local_env_runner.sample()
-    algo._update_learners(episodes)  # warm-up (creates Adam's state)
+    algo.update_learners(episodes)  # warm-up (creates Adam's state)
     before = reset_peak_rss()
     seconds = []
     for _ in range(args.updates):
         start = time.perf_counter()
-        algo._update_learners(episodes)
+        algo.update_learners(episodes)
         seconds.append(time.perf_counter() - start)
     result = {"update_s": statistics.median(seconds), "tokens": sum(len(e) for e in episodes),
               "update_peak_mib": rss_mib("VmHWM") - before, "rss_before_mib": before}

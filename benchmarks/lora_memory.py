@@ -21,10 +21,8 @@ import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from engine_throughput import DEFAULT_SMOLLM2_DIR, run_child, smollm2_path  # noqa: E402
+from harness import DEFAULT_SMOLLM2_DIR, run_child, smollm2_path
 
 
 def measure(args: argparse.Namespace) -> dict:
@@ -47,12 +45,12 @@ def measure(args: argparse.Namespace) -> dict:
               .debugging(seed=0, log_level="ERROR"))
     algo = config.build_algo()
     episodes = algo.env_runner_group.local_env_runner.sample()
-    learner = algo.learner_group._learner
+    learner = algo.learner_group.local_learner
     module = learner.module[DEFAULT_MODULE_ID]
     seconds = []
     for i in range(args.updates + 1):  # the first one warms up (and creates Adam's state)
         start = time.perf_counter()
-        algo._update_learners(episodes)
+        algo.update_learners(episodes)
         seconds.append(time.perf_counter() - start)
     adam = sum(t.numel() * t.element_size() for optim in learner._named_optimizers.values()
                for state in optim.state.values() for t in state.values()

@@ -9,7 +9,7 @@ at a random length in [tokens/2, tokens] (terminated). Phases, as the env runner
 connector run them:
 - verify: `env.verify_responses` (decode, answer extraction, comparison);
 - build episodes: the runner replays every response through the env (`step_chunk`) into a
-  `SingleAgentEpisode` (`RLVREnvRunner._build_episodes`);
+  `SingleAgentEpisode` (`RLVREnvRunner.build_episodes`);
 - pack: episodes -> the (B, T) tensors of the learner batch (`packing.pack_episodes`).
 
 Prints a Markdown table: wall and CPU seconds (the median of `--repeats`, garbage collected
@@ -105,13 +105,13 @@ def main() -> None:
     num_tokens = sum(len(t) for t in flat_tokens)
     verify = lambda: env.verify_responses(flat_indices, flat_tokens)  # noqa: E731
     verdicts = verify()
-    episodes = runner._build_episodes(env, indices, responses, verdicts)
+    episodes = runner.build_episodes(env, indices, responses, verdicts)
     pad = env.tokenizer.pad_token_id
     results = {
         "verify": measure(verify, args.repeats),
         # As in `RLVREnvRunner._episodes`, each replay follows the batch's verification.
         "build episodes": measure(
-            lambda: runner._build_episodes(env, indices, responses, verdicts), args.repeats,
+            lambda: runner.build_episodes(env, indices, responses, verdicts), args.repeats,
             setup=verify),
         "pack": measure(lambda: pack_episodes(episodes, args.group, pad), args.repeats),
     }

@@ -28,10 +28,8 @@ import os
 import platform
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from engine_throughput import DEFAULT_SMOLLM2_DIR, build_engine, smollm2_path  # noqa: E402
+from harness import DEFAULT_SMOLLM2_DIR, build_engine, smollm2_path
 
 # name -> (dataset, dataset kwargs, response_length). The answers are numbers: a short response
 # budget is enough, and sampling is ~100-250 tokens/s on one core.

@@ -37,8 +37,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from engine_throughput import DEFAULT_SMOLLM2_DIR, smollm2_path  # noqa: E402
+from harness import DEFAULT_SMOLLM2_DIR, smollm2_path
 
 VARIANTS = {
     "topr": {"pg_variant": "topr", "adv_estimator": "grpo"},

@@ -64,7 +64,7 @@ def without_tool(model_dir: str, seed: int) -> float:
 
 
 def policy(algo):
-    return algo.learner_group._learner.module["default_policy"].model
+    return algo.learner_group.local_learner.module["default_policy"].model
 
 
 def measure(algo, seed: int, label: str) -> dict:

@@ -39,8 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from engine_throughput import DEFAULT_SMOLLM2_DIR, run_child, smollm2_path  # noqa: E402
+from harness import DEFAULT_SMOLLM2_DIR, run_child, smollm2_path
 
 LAST_NUMBER = r"-?\d+(?:\.\d+)?"
 

@@ -26,10 +26,8 @@ import json
 import platform
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from engine_throughput import reset_peak_rss, rss_mib, run_child  # noqa: E402
+from harness import reset_peak_rss, rss_mib, run_child
 
 
 def batch_of(rows: int, prompt: int, tokens: int, vocab: int, seed: int) -> dict:
@@ -65,7 +63,7 @@ def measure(args: argparse.Namespace) -> dict:
                              response_length=args.tokens, prompt_length=args.prompt,
                              max_tokens_per_micro_batch=budget, num_torch_threads=1)
     algo = config.build_algo()
-    learner = algo.learner_group._learner
+    learner = algo.learner_group.local_learner
     module = learner.module[DEFAULT_MODULE_ID].unwrapped()
     vocab = module.model.config.vocab_size
 

@@ -54,7 +54,15 @@ from rllib_llm.envs.problem_set import (
     load_problem_set,
     load_tokenizer_by_name,
 )
-from rllib_llm.envs.token_mdp import EMPTY_INFO, PROMPT_IDS, VERIFIER_INFO, ChunkResult
+from rllib_llm.envs.token_mdp import (
+    ANSWER,
+    EMPTY_INFO,
+    PROMPT,
+    PROMPT_IDS,
+    PROMPT_INDEX,
+    VERIFIER_INFO,
+    ChunkResult,
+)
 from rllib_llm.envs.verifier import (
     Verification,
     VerifierCounters,
@@ -63,7 +71,7 @@ from rllib_llm.envs.verifier import (
 )
 
 RESPONSE_INFO = "response"  # final step info: the decoded response text
-RESET_OPTIONS = ("prompt_index",)
+RESET_OPTIONS = (PROMPT_INDEX,)
 
 
 class MathVerifyEnv(gymnasium.Env):
@@ -161,9 +169,9 @@ class MathVerifyEnv(gymnasium.Env):
         self._running = True
         info = {
             PROMPT_IDS: list(self._prompt_ids),
-            "prompt_index": index,
-            "answer": problems.answers[index],
-            "prompt": problems.prompts[index],
+            PROMPT_INDEX: index,
+            ANSWER: problems.answers[index],
+            PROMPT: problems.prompts[index],
         }
         return self._prompt_ids[-1], info
 
@@ -302,8 +310,8 @@ class MathVerifyEnv(gymnasium.Env):
                     f"reset options {unknown} are not supported; the valid options are "
                     f"{list(RESET_OPTIONS)}"
                 )
-            if "prompt_index" in options:
-                return self._check_prompt_index(options["prompt_index"])
+            if PROMPT_INDEX in options:
+                return self._check_prompt_index(options[PROMPT_INDEX])
         if self._order_pos >= len(self._order):
             # A new epoch: every problem once (every problem of this env's share), in a fresh
             # order.

@@ -24,6 +24,8 @@ import numpy as np
 
 PROMPT_IDS = "prompt_ids"  # reset info: the prompt's token ids
 PROMPT_INDEX = "prompt_index"  # reset info (and reset option): which problem of the data set
+PROMPT = "prompt"  # reset info: the problem's prompt text
+ANSWER = "answer"  # reset info: the problem's reference answer (what the verifier checks against)
 ENV_TOKENS = "env_tokens"  # step info: tokens the environment appended after the action
 VERIFIER_INFO = "verifier"  # final step info: the verifier's verdict, a dict with "correct"
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from rllib_llm.envs.env_config import MathVerifyEnvConfig
 from rllib_llm.envs.multi_turn import TextTurnEnv
-from rllib_llm.envs.token_mdp import VERIFIER_INFO
+from rllib_llm.envs.token_mdp import ANSWER, PROMPT, PROMPT_INDEX, VERIFIER_INFO
 from rllib_llm.envs.validation import check_choice, check_int, check_positive_seconds
 
 TOOL_CALLS, TOOL_ERRORS, TOOL_TIMEOUTS = "tool_calls", "tool_errors", "tool_timeouts"
@@ -130,9 +130,9 @@ class ToolEnv:
     def reset(self, *, seed: int | None = None, options: Mapping[str, Any] | None = None
               ) -> tuple[str, dict[str, Any]]:
         _, info = self.problems.reset(seed=seed, options=options)
-        self._prompt_index, self._answer = info["prompt_index"], info["answer"]
+        self._prompt_index, self._answer = info[PROMPT_INDEX], info[ANSWER]
         self._counts = dict.fromkeys(self._counts, 0)
-        return info["prompt"], info  # its PROMPT_IDS are math_verify's encoding of the prompt
+        return info[PROMPT], info  # its PROMPT_IDS are math_verify's encoding of the prompt
 
     def step(self, text: str) -> tuple[str | None, float, bool, bool, dict[str, Any]]:
         call = self._tool_call(text)

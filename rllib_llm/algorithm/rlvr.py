@@ -91,7 +91,7 @@ class RLVR(Algorithm):
             # own model, not a second copy of it (a weight sync then copies nothing). A LoRA
             # learner's model holds adapters, and the sampler merged weights: no sharing there.
             self.env_runner_group.local_env_runner.share_policy_model(
-                self.learner_group._learner.module[DEFAULT_MODULE_ID].model)
+                self.learner_group.local_learner.module[DEFAULT_MODULE_ID].model)
         if config.num_env_runners == 0:
             runner = self.env_runner_group.local_env_runner
             announce("the driver's env runner", runner.device,
@@ -135,14 +135,15 @@ class RLVR(Algorithm):
         episodes = batch.episodes
 
         with self.metrics.log_time((TIMERS, LEARN_TIMER), reduce="mean", window=1):
-            learner_results = self._update_learners(episodes)
+            learner_results = self.update_learners(episodes)
         self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
 
         with self.metrics.log_time((TIMERS, SYNC_TIMER), reduce="mean", window=1):
             self._sync_weights()
 
-    def _update_learners(self, episodes: list) -> list[dict[str, Any]]:
-        """One update of every learner on `episodes`; their results."""
+    def update_learners(self, episodes: list) -> list[dict[str, Any]]:
+        """One update of every learner on `episodes` (what `train()` does between sampling and
+        the weight sync, without either): their results, as `LearnerGroup.update` gives them."""
         n = self.config.num_learners
         # With several learners, the whole batch for each (one object in the object store, a
         # ref per learner; learner/data_parallel.py says why): RLlib's episode sharding would
@@ -162,7 +163,7 @@ class RLVR(Algorithm):
     def _learner_version(self) -> int:
         """The version of the learner's weights: RLlib's weights sequence number, one per
         update, which every weight sync hands to the env runners with the weights."""
-        results = self.learner_group.foreach_learner(lambda learner: learner.weights_version())
+        results = self.learner_group.foreach_learner(lambda learner: learner.weight_version())
         return int(results.result_or_errors[0].get())
 
     def _sync_weights(self) -> None:

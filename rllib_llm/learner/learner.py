@@ -387,7 +387,7 @@ class RLVRLearner(TorchLearner):
             self.metrics.log_value((DEFAULT_MODULE_ID, name), float(value), window=1)
 
     # --- checkpoints: what RLlib's Learner state leaves out -------------------------------------
-    def weights_version(self) -> int:
+    def weight_version(self) -> int:
         """The version of this learner's weights (RLlib's weights sequence number: +1 per
         update; weight syncs hand it to the env runners, whose episodes carry it)."""
         return self._weights_seq_no

@@ -5,16 +5,27 @@ RLlib asks one learner (the first healthy one) for the group's state: weight syn
 `get_weights`. A DeepSpeed learner's state is partitioned — Adam's moments under ZeRO-2, the
 weights too under ZeRO-3 — and gathering it is a collective every rank must join, so here every
 learner is asked at once and the first rank's answer is the group's (the others gather their
-pieces for it and return nothing). Everything else is RLlib's.
+pieces for it and return nothing). `local_learner` is the public way to the learner of a group
+that runs in this process. Everything else is RLlib's.
 """
 
 from __future__ import annotations
 
 from ray.rllib.core import COMPONENT_LEARNER
+from ray.rllib.core.learner.learner import Learner
 from ray.rllib.core.learner.learner_group import LearnerGroup
 
 
 class RLVRLearnerGroup(LearnerGroup):
+    @property
+    def local_learner(self) -> Learner:
+        """The learner of a group that runs in this process (`num_learners=0`); an error for a
+        group of remote learners, which `foreach_learner` reaches."""
+        if not self.is_local:
+            raise RuntimeError("RLVRLearnerGroup.local_learner: the learners are remote "
+                               "(num_learners >= 1); reach them with foreach_learner()")
+        return self._learner
+
     def get_state(self, components=None, *, not_components=None, **kwargs):
         if (self.is_local or self.config.learner_strategy != "deepspeed"
                 or not self._check_component(COMPONENT_LEARNER, components, not_components)):

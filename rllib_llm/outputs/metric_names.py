@@ -11,53 +11,85 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.utils.metrics import (
+    ENV_RUNNER_RESULTS,
+    EVALUATION_RESULTS,
+    FAULT_TOLERANCE_STATS,
+    LEARNER_RESULTS,
+    NUM_ENV_STEPS_SAMPLED_LIFETIME,
+    TIMERS,
+)
+
+from rllib_llm.algorithm import async_sampling, evaluation, rlvr
+from rllib_llm.core import policy_losses
+from rllib_llm.exchange.devices import IS_GPU
+from rllib_llm.learner import connector, learner
+from rllib_llm.rollout import sample_metrics as runner
+
+
+# Each key is built from the constants of the layer that logs it, so a rename there renames it
+# here (tests/outputs: the documented keys are in a real result).
+def _key(*parts: str) -> str:
+    """A result key as Tune and its loggers flatten the nested result: parts joined by "/"."""
+    return "/".join(parts)
+
+
+def _runners(name: str) -> str:
+    return _key(ENV_RUNNER_RESULTS, name)
+
+
+def _learner(name: str) -> str:
+    return _key(LEARNER_RESULTS, DEFAULT_MODULE_ID, name)
+
+
 # Iteration counter and clocks (RLlib's / Tune's own keys).
 ITERATION = "training_iteration"
 TIME_TOTAL_S = "time_total_s"
 TIME_THIS_ITER_S = "time_this_iter_s"
 # Training samples, this iteration's batch (env runners).
-REWARD = "env_runners/episode_return_mean"
-ACCURACY = "env_runners/accuracy"
-RESPONSE_LENGTH = "env_runners/response_length_mean"
-TOKENS_SAMPLED_LIFETIME = "num_env_steps_sampled_lifetime"  # response tokens sampled so far
-GENERATE_TOKENS_PER_S = "env_runners/generate_tokens_per_s"
+REWARD = _runners(runner.EPISODE_RETURN_MEAN)
+ACCURACY = _runners(runner.ACCURACY)
+RESPONSE_LENGTH = _runners(runner.RESPONSE_LENGTH_MEAN)
+TOKENS_SAMPLED_LIFETIME = NUM_ENV_STEPS_SAMPLED_LIFETIME  # response tokens sampled so far
+GENERATE_TOKENS_PER_S = _runners(runner.GENERATE_TOKENS_PER_S)
 # Held-out accuracy: only in iterations that evaluate (`evaluation_interval`).
-HELD_OUT_ACCURACY = "evaluation/pass@1"
-HELD_OUT_PASS_AT_K = "evaluation/pass@k"
+HELD_OUT_ACCURACY = _key(EVALUATION_RESULTS, evaluation.PASS_AT_1)
+HELD_OUT_PASS_AT_K = _key(EVALUATION_RESULTS, evaluation.PASS_AT_K)
 # The update (learner), averaged over the iteration's optimizer steps.
-LOSS = "learners/default_policy/loss"
-KL = "learners/default_policy/kl_loss"  # KL to the reference model: only with use_kl_loss
-APPROX_KL = "learners/default_policy/approx_kl"  # KL between the policy and the sampling policy
-ENTROPY = "learners/default_policy/entropy"
-CLIP_FRACTION = "learners/default_policy/clipfrac"
-LEARNER_TOKENS_PER_S = "learners/default_policy/learner_tokens_per_s"
-VALUE_LOSS = "learners/default_policy/value_loss"  # adv_estimator="gae" only
+LOSS = _learner(learner.TOTAL_LOSS)
+KL = _learner(learner.KL_LOSS)  # KL to the reference model: only with use_kl_loss
+APPROX_KL = _learner(policy_losses.APPROX_KL)  # KL between the policy and the sampling policy
+ENTROPY = _learner(learner.ENTROPY)
+CLIP_FRACTION = _learner(policy_losses.CLIPFRAC)
+LEARNER_TOKENS_PER_S = _learner(learner.TOKENS_PER_S)
+VALUE_LOSS = _learner(learner.VALUE_LOSS)  # adv_estimator="gae" only
 # On-policy distillation (teacher_model_name_or_path only).
-DISTILLATION_REVERSE_KL = "learners/default_policy/distillation_reverse_kl"
+DISTILLATION_REVERSE_KL = _learner(connector.DISTILLATION_REVERSE_KL)
 # Phases of an iteration, seconds.
-TIME_SAMPLE_S = "timers/sample"
-TIME_LEARN_S = "timers/learn"
-TIME_WEIGHT_SYNC_S = "timers/weight_sync"
+TIME_SAMPLE_S = _key(TIMERS, rlvr.SAMPLE_TIMER)
+TIME_LEARN_S = _key(TIMERS, rlvr.LEARN_TIMER)
+TIME_WEIGHT_SYNC_S = _key(TIMERS, rlvr.SYNC_TIMER)
 # Inside the sample phase: an env runner's sample() call and its parts (rollout/sample_metrics.py),
 # seconds, means over the runners. timers/sample - the call = carrying the episodes to the driver.
-SAMPLE_CALL_S = "env_runners/time_sample_call_s"
-GENERATE_S = "env_runners/time_generate_s"
-VERIFY_S = "env_runners/time_verify_s"
-REPLAY_S = "env_runners/time_replay_s"
+SAMPLE_CALL_S = _runners(runner.SAMPLE_CALL_S)
+GENERATE_S = _runners(runner.GENERATE_S)
+VERIFY_S = _runners(runner.VERIFY_S)
+REPLAY_S = _runners(runner.REPLAY_S)
 # Staleness and idle time (rllib_llm/algorithm/async_sampling.py), synchronous training too.
-STALENESS_MEAN = "async_sampling/staleness_mean"
-STALENESS_MAX = "async_sampling/staleness_max"
-DROPPED_FRACTION = "async_sampling/dropped_fraction"
-LEARNER_WAIT_S = "async_sampling/learner_wait_s"
-RUNNER_IDLE_S = "env_runners/time_idle_s"
-OLD_LOGP_RECOMPUTED = "learners/default_policy/old_logp_recomputed"
+STALENESS_MEAN = _key(async_sampling.ASYNC_RESULTS, async_sampling.STALENESS_MEAN)
+STALENESS_MAX = _key(async_sampling.ASYNC_RESULTS, async_sampling.STALENESS_MAX)
+DROPPED_FRACTION = _key(async_sampling.ASYNC_RESULTS, async_sampling.DROPPED_FRACTION)
+LEARNER_WAIT_S = _key(async_sampling.ASYNC_RESULTS, async_sampling.LEARNER_WAIT_S)
+RUNNER_IDLE_S = _runners(runner.IDLE_S)
+OLD_LOGP_RECOMPUTED = _learner(connector.OLD_LOGP_RECOMPUTED)
 # Faults (rllib_llm/algorithm/sync_sampling.py): RLlib's count of restored remote env runners,
-# and ours of the runners' shares lost with a runner that died and sampled again.
-RUNNER_RESTARTS = "fault_tolerance/num_remote_worker_restarts"
-RESAMPLED_PARTS = "async_sampling/num_resampled_parts"
+# and ours of the runners' shares lost with a runner that died, and sampled again.
+RUNNER_RESTARTS = _key(FAULT_TOLERANCE_STATS, "num_remote_worker_restarts")  # RLlib's
+RESAMPLED_PARTS = _key(async_sampling.ASYNC_RESULTS, async_sampling.NUM_RESAMPLED_PARTS)
 # Placement (rllib_llm/exchange/devices.py): each process's device as a number.
-LEARNER_ON_GPU = "learners/default_policy/device_is_gpu"
-SAMPLER_ON_GPU = "env_runners/device_is_gpu"
+LEARNER_ON_GPU = _learner(IS_GPU)
+SAMPLER_ON_GPU = _runners(IS_GPU)
 
 METRICS: Mapping[str, str] = MappingProxyType({
     ITERATION: "training iterations done",

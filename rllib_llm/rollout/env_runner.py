@@ -319,7 +319,7 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         t1 = time.perf_counter()
         verdicts = self._verify(self.env, indices, responses)
         t2 = time.perf_counter()
-        episodes = self._build_episodes(self.env, indices, responses, verdicts)
+        episodes = self.build_episodes(self.env, indices, responses, verdicts)
         t3 = time.perf_counter()
         self._log_sample_metrics(episodes, SampleTimes(t1 - t0, t2 - t1, t3 - t2))
         return episodes
@@ -386,13 +386,13 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
     @staticmethod
     def _verify(env, prompt_indices: list[int], responses) -> list[Any]:
         """The verdicts of every response (`responses[g][j]` answers `prompt_indices[g]`), flat,
-        in one batch (the verifier's pool overlaps them); `_build_episodes` replays each with
+        in one batch (the verifier's pool overlaps them); `build_episodes` replays each with
         its verdict."""
         flat = [(i, r) for i, group in zip(prompt_indices, responses) for r in group]
         return env.verify_responses([i for i, _ in flat], [r.token_ids for _, r in flat])
 
-    def _build_episodes(self, env, prompt_indices: list[int], responses,
-                        verdicts) -> list[SingleAgentEpisode]:
+    def build_episodes(self, env, prompt_indices: list[int], responses,
+                       verdicts) -> list[SingleAgentEpisode]:
         """Replay every response (`responses[g][j]` answers `prompt_indices[g]`) with its
         verdict (`verdicts`, flat in the same order) into an episode."""
         version = self.engine.weight_version

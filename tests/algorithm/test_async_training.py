@@ -111,7 +111,7 @@ class Recorder:
     update, and the batch every loss was computed on."""
 
     def __init__(self, algo):
-        self.learner = algo.learner_group._learner
+        self.learner = algo.learner_group.local_learner
         self.updates: list[tuple[int, list[SingleAgentEpisode]]] = []
         self.loss_batches: list[dict[str, torch.Tensor]] = []
         self.weights: dict[int, dict[str, torch.Tensor]] = {}  # version -> the policy's weights
@@ -119,7 +119,7 @@ class Recorder:
         model = self.learner.module["default_policy"].model
 
         def recording_update(*args, training_data, **kwargs):
-            version = self.learner.weights_version()
+            version = self.learner.weight_version()
             self.weights[version] = {k: v.detach().clone() for k, v in model.state_dict().items()}
             self.updates.append((version, list(training_data.episodes)))
             return update(*args, training_data=training_data, **kwargs)
@@ -221,7 +221,7 @@ def test_partial_rollouts_go_on_under_new_weights_each_token_keeping_its_own(tmp
                            partial_rollout_max_split=4).env_runners(num_env_runners=1).build_algo()
     recorder = Recorder(algo)
     results = [algo.train() for _ in range(5)]
-    model = algo.learner_group._learner.module["default_policy"].model
+    model = algo.learner_group.local_learner.module["default_policy"].model
     algo.stop()
     assert all(len(lags) == 16 and max(lags) <= 1 + 4 for lags in recorder.lags())
     assert max(max(lags) for lags in recorder.lags()) > 1  # continued responses lag more than k

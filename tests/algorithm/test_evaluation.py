@@ -224,7 +224,7 @@ def test_evaluation_interval_and_runners_share_out_the_problems():
     last = results[3]["evaluation"]
     assert (last["num_problems"], last["num_samples"]) == (7, 7)
     # The evaluation runners received the learner's weights of iteration 4 before scoring.
-    learner = algo.learner_group._learner.module["default_policy"].model.state_dict()
+    learner = algo.learner_group.local_learner.module["default_policy"].model.state_dict()
     held = algo.eval_env_runner_group.foreach_env_runner(
         lambda r: (r.engine.weight_version, r.module.model.state_dict()["lm_head.weight"]),
         local_env_runner=False)

@@ -58,7 +58,7 @@ def test_learners_and_env_runners_on_two_nodes_train_and_restore_into_one_learne
         before = {k: torch.as_tensor(v).clone()
                   for k, v in reference.learner_group.get_weights()[DEFAULT_MODULE_ID].items()}
         for trainer in (algo, reference):
-            trainer._update_learners(episodes)
+            trainer.update_learners(episodes)
         one = reference.learner_group.get_weights()[DEFAULT_MODULE_ID]
         two = algo.learner_group.get_weights()[DEFAULT_MODULE_ID]
         moved = max(float((torch.as_tensor(one[k]) - before[k]).abs().max()) for k in one)
@@ -93,7 +93,7 @@ def test_learners_and_env_runners_on_two_nodes_train_and_restore_into_one_learne
         single.restore_from_path(tmp_path / "checkpoint")
         restored = single.learner_group.get_weights()[DEFAULT_MODULE_ID]
         assert single.learner_group.foreach_learner(
-            lambda learner: learner.weights_version()).result_or_errors[0].get() == 3
+            lambda learner: learner.weight_version()).result_or_errors[0].get() == 3
     finally:
         single.stop()
     for k, v in weights.items():

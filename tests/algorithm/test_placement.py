@@ -26,7 +26,7 @@ def test_one_process_samples_on_the_learners_device_and_never_moves_its_model(mo
                         lambda config, num_gpus: torch.device("meta"))
     algo = embedded_config("ppo", **SHAPE).build_algo()
     try:
-        learner = algo.learner_group._learner
+        learner = algo.learner_group.local_learner
         model = learner.module["default_policy"].model
         runner = algo.env_runner_group.local_env_runner
         before = {k: v.clone() for k, v in model.state_dict().items()}

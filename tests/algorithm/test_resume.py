@@ -39,7 +39,7 @@ def summary(result) -> dict:
 
 
 def weights(algo) -> dict[str, torch.Tensor]:
-    model = algo.learner_group._learner.module["default_policy"].model
+    model = algo.learner_group.local_learner.module["default_policy"].model
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
@@ -104,14 +104,14 @@ def test_a_resumed_ppo_run_keeps_its_critic_and_does_not_repeat_value_pretrainin
     algo.save_to_path(str(tmp_path))
     straight = [critic_summary(algo.train()) for _ in range(2)]
     critic = {k: v.clone() for k, v in
-              algo.learner_group._learner.module["default_policy"].critic.state_dict().items()}
+              algo.learner_group.local_learner.module["default_policy"].critic.state_dict().items()}
     algo.stop()
     assert [s[0] for s in straight] == [1.0, 0.0]  # the second pretraining iteration, then PPO
 
     resumed_algo = build_ppo()
     resumed_algo.restore_from_path(str(tmp_path))
     assert [critic_summary(resumed_algo.train()) for _ in range(2)] == straight
-    restored = resumed_algo.learner_group._learner.module["default_policy"].critic.state_dict()
+    restored = resumed_algo.learner_group.local_learner.module["default_policy"].critic.state_dict()
     for name, value in restored.items():
         assert torch.equal(value, critic[name]), name
     resumed_algo.stop()

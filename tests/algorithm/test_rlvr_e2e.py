@@ -21,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("ray_session")  # tests/conftest.py
 
 
 def learner_weights(algo) -> dict[str, torch.Tensor]:
-    module = algo.learner_group._learner.module["default_policy"]
+    module = algo.learner_group.local_learner.module["default_policy"]
     return {k: v.detach().clone() for k, v in module.model.state_dict().items()}
 
 
@@ -111,7 +111,7 @@ def test_learner_scores_sampled_tokens_exactly_as_the_sampler_did():
     runner = algo.env_runner_group.local_env_runner
     episodes = runner.sample()
     batch = pack([episode_tokens(e) for e in episodes], runner.env.tokenizer.pad_token_id)
-    module = algo.learner_group._learner.module["default_policy"]
+    module = algo.learner_group.local_learner.module["default_policy"]
     logp = module.score_tokens(batch, reference=False)
     mask = batch["action_mask"].bool()
     torch.testing.assert_close(logp[mask], batch["old_logp"][mask], atol=1e-5, rtol=0)
@@ -124,7 +124,7 @@ def test_in_one_process_the_sampler_samples_with_the_learners_own_model():
 
     algo = embedded_config("topr", **TINY).build_algo()
     try:
-        runner, learner = algo.env_runner_group.local_env_runner, algo.learner_group._learner
+        runner, learner = algo.env_runner_group.local_env_runner, algo.learner_group.local_learner
         model = learner.module[DEFAULT_MODULE_ID].model
         assert runner.module.model is model
         algo.train()
@@ -134,7 +134,7 @@ def test_in_one_process_the_sampler_samples_with_the_learners_own_model():
     lora = embedded_config("topr", **TINY, lora_rank=4).build_algo()  # adapters: a merged copy
     try:
         assert lora.env_runner_group.local_env_runner.module.model is not \
-            lora.learner_group._learner.module[DEFAULT_MODULE_ID].model
+            lora.learner_group.local_learner.module[DEFAULT_MODULE_ID].model
     finally:
         lora.stop()
 

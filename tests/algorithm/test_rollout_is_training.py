@@ -50,7 +50,7 @@ def test_recomputed_old_logp_equals_the_torch_samplers_and_weights_are_one(model
 def test_learner_scales_the_per_token_pg_loss_by_the_truncated_weights(model_dir):
     algo = embedded_config("vanilla", model_name_or_path=model_dir, use_kl_loss=False,
                            recompute_old_logp=True, **TINY).build_algo()
-    learner = algo.learner_group._learner
+    learner = algo.learner_group.local_learner
     b, t = 2, 3
     batch = {
         "action_mask": torch.ones(b, t), "old_logp": torch.zeros(b, t),

@@ -25,7 +25,7 @@ def broadcast_config(**overrides):
 
 
 def learner_weights(algo) -> dict[str, torch.Tensor]:
-    model = algo.learner_group._learner.module["default_policy"].model
+    model = algo.learner_group.local_learner.module["default_policy"].model
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
@@ -75,7 +75,7 @@ def test_a_killed_runner_is_restored_with_current_weights_and_rejoins_the_group(
         time.sleep(0.5)
     assert algo.env_runner_group.num_healthy_remote_workers() == 2
     algo.train()  # restored: the next sync rebuilds the group and broadcasts over it
-    version = algo.learner_group._learner._weights_seq_no
+    version = algo.learner_group.local_learner._weights_seq_no
     assert_runners_hold(algo, version=version)
     assert algo._weight_broadcast._members == [1, 2]
     algo.stop()

@@ -375,7 +375,7 @@ def test_env_tokens_do_not_reach_the_loss_or_its_gradients(ray_session):
                           num_return_sequences_in_group=2, response_length=64,
                           use_kl_loss=True, kl_loss_coef=0.1, entropy_coef=0.01)
     algo = cfg.build_algo()
-    learner = algo.learner_group._learner
+    learner = algo.learner_group.local_learner
     module = learner.module["default_policy"]
     # The embedded model rarely calls a tool: the scripted user's episodes instead (their
     # behaviour log-probs, -0.5 each, are old_logp: ratios differ from 1, so every term counts).

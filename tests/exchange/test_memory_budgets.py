@@ -207,7 +207,7 @@ def test_explicit_learner_settings_win_on_a_gpu():
 def test_a_cpu_run_keeps_the_fixed_defaults_bit_for_bit():
     algo = embedded_config("ppo", **SMALL).build_algo()
     try:
-        module = algo.learner_group._learner.module["default_policy"]
+        module = algo.learner_group.local_learner.module["default_policy"]
         runner = algo.env_runner_group.local_env_runner
         assert (module.micro_batch_tokens, module.gradient_checkpointing) == (4096, False)
         assert runner.engine.max_tokens_per_batch == 32768

@@ -82,7 +82,7 @@ def test_without_it_everything_runs_in_float32():
 @pytest.mark.usefixtures("ray_session")
 def test_an_iteration_in_mixed_precision_keeps_float32_weights_and_adam_state():
     algo = embedded_config("vanilla", seed=2, autocast_dtype="bfloat16", **SMALL).build_algo()
-    learner = algo.learner_group._learner
+    learner = algo.learner_group.local_learner
     model = learner.module["default_policy"].model
     trained = []  # the dtypes of the matmuls that build a gradient (not the sampler's)
     for layer in model.modules():

@@ -110,7 +110,7 @@ def test_env_runners_never_build_hold_or_receive_the_critic():
 @pytest.mark.usefixtures("ray_session")
 def test_actor_and_critic_have_their_own_optimizers_and_learning_rates():
     algo = embedded_config("ppo", lr=3e-4, critic_lr=7e-4, **GAE).build_algo()
-    learner = algo.learner_group._learner
+    learner = algo.learner_group.local_learner
     optimizers = dict(learner.get_optimizers_for_module("default_policy"))
     assert sorted(optimizers) == ["actor", "critic"]
     assert optimizers["actor"].param_groups[0]["lr"] == pytest.approx(3e-4)
@@ -143,7 +143,7 @@ def test_a_pretraining_step_is_adam_on_the_hand_written_value_loss_and_the_actor
     algo = embedded_config("ppo", lr=1e-3, grad_clip=None, loss_agg_mode="token-mean",
                            value_pretrain_steps=1, gamma=0.9, **GAE).build_algo()
     result = algo.train()["learners"]["default_policy"]
-    module = algo.learner_group._learner.module["default_policy"]
+    module = algo.learner_group.local_learner.module["default_policy"]
     b = captured["batch"]
     mask = b["action_mask"]
 
@@ -181,7 +181,7 @@ def test_after_pretraining_both_move_and_the_critic_trains_on_gae_returns(monkey
                            **GAE).build_algo()
     algo.train()
     result = algo.train()["learners"]["default_policy"]
-    module = algo.learner_group._learner.module["default_policy"]
+    module = algo.learner_group.local_learner.module["default_policy"]
     assert result["value_pretraining"] == 0.0 and result["grad_norm"] > 0
     assert any(not torch.equal(v, captured["policy"][k])
                for k, v in module.model.state_dict().items())
@@ -226,7 +226,7 @@ def test_the_learner_batch_carries_length_adaptive_gae_by_hand(monkeypatch):
     algo = embedded_config("ppo", length_adaptive_alpha=alpha, gamma=gamma,
                            whiten_advantages=False, advantage_clip=None, lambd=0.3,
                            **{**GAE, "rollout_batch_size": 32, "response_length": 6}).build_algo()
-    module = algo.learner_group._learner.module["default_policy"]
+    module = algo.learner_group.local_learner.module["default_policy"]
     torch.nn.init.normal_(module.critic.head.weight, std=0.5)  # values that are not all 0
     algo.train()
     b = captured["batch"]
@@ -255,14 +255,14 @@ def test_micro_batches_change_neither_the_critics_update_nor_its_metrics():
     for micro in (None, 1):
         algo = embedded_config("ppo", seed=6, micro_batch_size=micro, value_clip=0.1,
                                value_pretrain_steps=1, **GAE).build_algo()
-        critic = algo.learner_group._learner.module["default_policy"].critic
+        critic = algo.learner_group.local_learner.module["default_policy"].critic
         # Values that are not all 0: with the zero head and rewards of 0 here, the value loss
         # and its gradient were 0 and the critic never moved (the comparison said nothing).
         torch.manual_seed(0)
         torch.nn.init.normal_(critic.head.weight, std=0.5)
         initial = {k: v.clone() for k, v in critic.state_dict().items()}
         results.append([algo.train()["learners"]["default_policy"] for _ in range(2)])
-        critic = algo.learner_group._learner.module["default_policy"].critic
+        critic = algo.learner_group.local_learner.module["default_policy"].critic
         critics.append({k: v.clone() for k, v in critic.state_dict().items()})
         algo.stop()
         # Two Adam steps at the schedule's first lr (2e-5) moved it by ~4e-5.

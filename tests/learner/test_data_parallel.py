@@ -78,7 +78,7 @@ def test_two_learners_take_the_update_of_one_learner(case):
                   for k, v in one.learner_group.get_weights()[DEFAULT_MODULE_ID].items()}
         results = {}
         for name, algo in (("one", one), ("two", two)):
-            algo.metrics.aggregate(algo._update_learners(episodes), key=LEARNER_RESULTS)
+            algo.metrics.aggregate(algo.update_learners(episodes), key=LEARNER_RESULTS)
             results[name] = algo.metrics.peek((LEARNER_RESULTS, DEFAULT_MODULE_ID))
         w1 = one.learner_group.get_weights()[DEFAULT_MODULE_ID]
         w2 = two.learner_group.get_weights()[DEFAULT_MODULE_ID]

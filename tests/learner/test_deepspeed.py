@@ -110,7 +110,7 @@ def test_two_deepspeed_learners_take_the_update_of_one_torch_learner_and_checkpo
         episodes = one.env_runner_group.local_env_runner.sample()
         results = {}
         for name, algo in (("one", one), ("two", two)):
-            algo.metrics.aggregate(algo._update_learners(episodes), key=LEARNER_RESULTS)
+            algo.metrics.aggregate(algo.update_learners(episodes), key=LEARNER_RESULTS)
             results[name] = algo.metrics.peek((LEARNER_RESULTS, DEFAULT_MODULE_ID))
         w1, w2 = weights(one), weights(two)
         s1, s2 = adam_state(one), adam_state(two)
@@ -142,7 +142,7 @@ def test_two_deepspeed_learners_take_the_update_of_one_torch_learner_and_checkpo
         try:
             algo.restore_from_path(tmp_path / "deepspeed")
             restored, state = weights(algo), adam_state(algo)
-            algo._update_learners(episodes)
+            algo.update_learners(episodes)
             after[strategy] = weights(algo)
         finally:
             algo.stop()
@@ -165,7 +165,7 @@ def test_bfloat16_weights_train_on_float32_master_weights(zero):
     try:
         episodes = algo.env_runner_group.local_env_runner.sample()
         before = weights(algo)
-        algo._update_learners(episodes)
+        algo.update_learners(episodes)
         after = weights(algo)
         dtypes = [r.get() for r in algo.learner_group.foreach_learner(lambda learner: (
             next(learner.module[DEFAULT_MODULE_ID].model.parameters()).dtype,
@@ -191,7 +191,7 @@ def test_a_non_finite_step_is_skipped_counted_and_then_stops_training():
         algo.learner_group.foreach_learner(lambda learner: setattr(
             learner, "compute_loss_for_module",
             lambda *, fwd_out, **kwargs: fwd_out["logp"].sum() * float("nan")))
-        results = algo._update_learners(episodes)
+        results = algo.update_learners(episodes)
         assert all(torch.equal(v, before[k]) for k, v in weights(algo).items())  # nothing moved
         algo.metrics.aggregate(results, key=LEARNER_RESULTS)
         result = algo.metrics.peek((LEARNER_RESULTS, DEFAULT_MODULE_ID))
@@ -202,7 +202,7 @@ def test_a_non_finite_step_is_skipped_counted_and_then_stops_training():
         raise
     with pytest.raises(Exception, match=r"2 optimizer steps in a row had a non-finite loss"):
         try:
-            algo._update_learners(episodes)
+            algo.update_learners(episodes)
         finally:
             algo.stop()
 
@@ -216,7 +216,7 @@ def test_zero3_with_cpu_offload_takes_the_same_update_and_syncs_it_to_the_env_ru
         episodes = one.env_runner_group.local_env_runner.sample()
         weights_before = weights(one)
         for algo in (one, two):
-            algo._update_learners(episodes)
+            algo.update_learners(episodes)
         w1 = weights(one)
         two._sync_weights()
         runner = two.env_runner_group.local_env_runner.module.get_state(

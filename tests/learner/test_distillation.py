@@ -222,11 +222,11 @@ def test_a_distilling_run_logs_the_reverse_kl_and_checkpoints_without_the_teache
     assert any(k.startswith("model.") for k in state)
     assert not any(k.startswith("teacher_model.") for k in state)
     trained = {k: v.clone() for k, v in
-               algo.learner_group._learner.module["default_policy"].model.state_dict().items()}
+               algo.learner_group.local_learner.module["default_policy"].model.state_dict().items()}
     algo.stop()
     restored = config.build_algo()
     restored.restore_from_path(str(tmp_path))
-    module = restored.learner_group._learner.module["default_policy"]
+    module = restored.learner_group.local_learner.module["default_policy"]
     for k, v in module.model.state_dict().items():
         assert torch.equal(v, trained[k]), k
     # The teacher came from teacher_model_name_or_path again, untouched by the restore.

@@ -47,7 +47,7 @@ def test_an_iteration_takes_epochs_times_minibatches_optimizer_steps(monkeypatch
 
     monkeypatch.setattr(learner_module.RLVRLearner, "_optimizer_step", recording)
     algo = embedded_config("ppo", ppo_epochs=epochs, mini_batch_size=mini, **SMALL).build_algo()
-    model = algo.learner_group._learner.module["default_policy"].model
+    model = algo.learner_group.local_learner.module["default_policy"].model
     initial = {k: v.clone() for k, v in model.state_dict().items()}
     result = algo.train()["learners"]["default_policy"]
     # The steps counted were taken: the weights moved.
@@ -73,7 +73,7 @@ def test_one_step_equals_a_hand_computed_adam_update(monkeypatch):
     algo = embedded_config("vanilla", lr=1e-3, grad_clip=None, loss_agg_mode="token-mean",
                            **SMALL).build_algo()
     algo.train()
-    learner = algo.learner_group._learner
+    learner = algo.learner_group.local_learner
     after = learner.module["default_policy"].model.state_dict()
 
     # The reference: a fresh copy of the model, the loss written out by hand, torch's Adam.
@@ -121,7 +121,7 @@ def test_micro_batches_report_the_whole_mini_batchs_metrics():
 
 def test_a_non_finite_step_is_skipped_counted_and_then_stops_training(monkeypatch):
     algo = embedded_config("ppo", max_consecutive_nonfinite_steps=2, **SMALL).build_algo()
-    learner = algo.learner_group._learner
+    learner = algo.learner_group.local_learner
     weights = {k: v.clone() for k, v in learner.module["default_policy"].state_dict().items()}
     real = core.compute_advantages
 
@@ -188,7 +188,7 @@ def test_a_finite_step_resets_the_run_of_non_finite_ones(monkeypatch):
 def test_entropy_has_a_graph_only_when_its_coefficient_is_on():
     for coef, needs_grad in ((0.0, False), (0.01, True)):
         algo = embedded_config("ppo", entropy_coef=coef, **SMALL).build_algo()
-        module = algo.learner_group._learner.module["default_policy"]
+        module = algo.learner_group.local_learner.module["default_policy"]
         batch = _packed_batch(algo)
         out = module.forward_train(batch)
         assert out["entropy"].requires_grad is needs_grad
@@ -198,7 +198,7 @@ def test_entropy_has_a_graph_only_when_its_coefficient_is_on():
 
 def test_reference_scores_in_eval_mode_and_scoring_honours_micro_batch_size():
     algo = embedded_config("ppo", use_kl_loss=True, micro_batch_size=2, **SMALL).build_algo()
-    module = algo.learner_group._learner.module["default_policy"]
+    module = algo.learner_group.local_learner.module["default_policy"]
     for layer in module.reference_model.model.layers:
         layer.self_attn.attention_dropout = 0.9  # dropout would make the scores random
     module.train()
@@ -219,7 +219,7 @@ def test_topr_and_roll_terms_split_by_the_verifiers_correct_flag_not_the_score()
     # A wrong but well-formatted answer scores format_score > 0: it must count as negative.
     algo = embedded_config("topr", rl_loss_coef=0.0, positive_loss_coef=1.0,
                            use_topr_neg_loss_coef=0.0, **SMALL).build_algo()
-    learner = algo.learner_group._learner
+    learner = algo.learner_group.local_learner
     b, t = 2, 2
     batch = {
         "action_mask": torch.ones(b, t), "old_logp": torch.zeros(b, t),
@@ -271,7 +271,7 @@ def test_fused_optimizer_takes_the_default_adams_update_up_to_rounding():
         algo = embedded_config("vanilla", seed=3, fused_optimizer=fused, ppo_epochs=2,
                                mini_batch_size=4, **SMALL).build_algo()
         algo.train()
-        learner = algo.learner_group._learner
+        learner = algo.learner_group.local_learner
         optims = dict(learner.get_optimizers_for_module("default_policy"))
         assert [o.defaults["fused"] for o in optims.values()] == [fused]
         (optim,) = optims.values()
@@ -293,8 +293,8 @@ def test_a_restored_optimizer_keeps_this_runs_kernel_and_the_saved_moments():
     algos = {fused: embedded_config("vanilla", seed=3, fused_optimizer=fused, **SMALL)
              .build_algo() for fused in (False, True)}
     algos[False].train()
-    saved = algos[False].learner_group._learner._get_optimizer_state()
-    learner = algos[True].learner_group._learner
+    saved = algos[False].learner_group.local_learner._get_optimizer_state()
+    learner = algos[True].learner_group.local_learner
     learner._set_optimizer_state(saved)
     (optim,) = dict(learner.get_optimizers_for_module("default_policy")).values()
     assert all(g["fused"] is True and g["foreach"] is None for g in optim.param_groups)

@@ -141,7 +141,7 @@ def test_a_token_budget_changes_neither_loss_nor_gradients_nor_metrics(monkeypat
 
 def _critic_head(algo):
     """A value head that is not all zeros (a zero head's value loss has a zero gradient)."""
-    critic = algo.learner_group._learner.module["default_policy"].critic
+    critic = algo.learner_group.local_learner.module["default_policy"].critic
     torch.manual_seed(0)
     torch.nn.init.normal_(critic.head.weight, std=0.5)
 
@@ -167,7 +167,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(monkeypatch):
 def test_gradient_checkpointing_is_on_in_the_learners_model():
     algo = embedded_config("ppo", gradient_checkpointing=True, **SHAPE).build_algo()
     try:
-        model = algo.learner_group._learner.module["default_policy"].model
+        model = algo.learner_group.local_learner.module["default_policy"].model
         assert model.is_gradient_checkpointing
         runner_model = algo.env_runner_group.local_env_runner.module.model
         assert runner_model is model  # one process: the sampler shares it (no grad there)

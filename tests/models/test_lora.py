@@ -88,7 +88,7 @@ def test_one_update_moves_the_adapters_alone_and_the_checkpoint_holds_them(tmp_p
         .learners(num_learners=0).build_algo()
     full = embedded_config("topr", seed=0, **SMALL).build_algo()
     try:
-        learner = algo.learner_group._learner
+        learner = algo.learner_group.local_learner
         module = learner.module[DEFAULT_MODULE_ID]
         optimized = [p for optim in learner._named_optimizers.values()
                      for group in optim.param_groups for p in group["params"]]

@@ -38,7 +38,7 @@ TINY = dict(seed=0, rollout_batch_size=4, num_return_sequences_in_group=2, respo
 
 
 def policy_of(algo):
-    return algo.learner_group._learner.module["default_policy"]
+    return algo.learner_group.local_learner.module["default_policy"]
 
 
 def teacher_forced_batch(tokenizer, num: int = 6) -> dict[str, torch.Tensor]:

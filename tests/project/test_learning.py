@@ -145,7 +145,7 @@ def test_value_pretraining_fits_the_critic_to_the_initial_policys_returns():
     algo = embedded_preset_config("vc_ppo", seed=SEED, value_pretrain_steps=12, critic_lr=1e-4,
                                   mini_batch_size=128).build_algo()
     policy = {k: v.clone() for k, v in
-              algo.learner_group._learner.module["default_policy"].model.state_dict().items()}
+              algo.learner_group.local_learner.module["default_policy"].model.state_dict().items()}
     runs = [algo.train()["learners"]["default_policy"] for _ in range(12)]
     assert all(r["value_pretraining"] == 1.0 for r in runs)
     losses = [r["value_loss"] for r in runs]
@@ -155,7 +155,7 @@ def test_value_pretraining_fits_the_critic_to_the_initial_policys_returns():
     assert abs(runs[-1]["value_mean"] - runs[-1]["return_mean"]) < \
         abs(runs[0]["value_mean"] - runs[0]["return_mean"])
     assert np.mean([r["explained_variance"] for r in runs[-3:]]) > -0.05
-    after = algo.learner_group._learner.module["default_policy"].model.state_dict()
+    after = algo.learner_group.local_learner.module["default_policy"].model.state_dict()
     assert all(torch.equal(after[k], v) for k, v in policy.items())
     algo.stop()
 

@@ -412,7 +412,7 @@ def test_remote_vllm_runner_samples_the_broadcast_weights(ray_session):
     with built(config) as algo:
         for _ in range(2):
             algo.train()
-        learner = algo.learner_group._learner
+        learner = algo.learner_group.local_learner
         prompts = [[5, 6, 7], LONG[:20]]
         version, out = algo.env_runner_group.foreach_env_runner(
             lambda r: (r.engine.weight_version,
@@ -435,7 +435,7 @@ def test_multi_turn_tool_episodes_with_vllm_continue_from_the_whole_context(ray_
                                   rollout_engine="vllm")
     with built(config) as algo:
         episodes = algo.env_runner_group.local_env_runner.sample()
-        model = algo.learner_group._learner.module["default_policy"].model
+        model = algo.learner_group.local_learner.module["default_policy"].model
         for episode in episodes:  # the env's tokens are no actions, wherever it added some
             assert (~episode_tokens(episode).action_mask).sum() == \
                 episode.get_infos(-1)["num_env_tokens"]
