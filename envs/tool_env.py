@@ -26,7 +26,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from rllib_llm.envs.env_config import MathVerifyEnvConfig
-from rllib_llm.envs.multi_turn import TextTurnEnv
+from rllib_llm.envs.text_turn_env import TextTurnEnv
 from rllib_llm.envs.token_mdp import ANSWER, PROMPT, PROMPT_INDEX, VERIFIER_INFO
 from rllib_llm.envs.validation import check_choice, check_int, check_positive_seconds
 

@@ -363,7 +363,7 @@ def check_evaluation(cfg) -> None:
             "default and set eval_num_problems (and eval_num_samples responses per problem)."
         )
     if cfg.evaluation_interval:  # evaluation will run: its problems must be held out
-        from rllib_llm.algorithm.evaluation import check_held_out
+        from rllib_llm.algorithm.held_out_evaluation import check_held_out
 
         check_held_out(cfg, cfg.get_evaluation_config_object())
 

@@ -421,8 +421,11 @@ FIELDS: tuple[Field, ...] = (
           "scoring) run under torch.autocast in this dtype while the weights, gradients and "
           "Adam's state stay float32 (Hugging Face Trainer's and TRL's bf16=True). "
           "'bfloat16' or None (off). About 1.8x faster forward and backward on a CPU with "
-          "AVX512-BF16 (benchmarks/RESULTS.md, \"Faster than TRL\"); env runners sample in "
-          "model_dtype. Needs model_dtype='float32' and a torch learner (DeepSpeed: set "
+          "AVX512-BF16 (benchmarks/RESULTS.md, \"Faster than TRL\"). The torch engines sample "
+          "under the same autocast, so the behaviour log-probs are those of the precision that "
+          "trains (sampling in float32 against bf16 training clipped 17% of an on-policy step's "
+          "tokens on the embedded task); vLLM samples in model_dtype. Needs "
+          "model_dtype='float32' and a torch learner (DeepSpeed: set "
           "model_dtype='bfloat16', DeepSpeed's own bf16 with float32 master weights).",
           optional(one_of(("bfloat16",))), "optimisation", annotation='str | None'),
     Field("fused_optimizer", False,

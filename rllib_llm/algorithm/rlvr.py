@@ -32,12 +32,12 @@ from rllib_llm.algorithm.async_sampling import (
 from rllib_llm.algorithm.cluster_fit import fit_check
 from rllib_llm.algorithm.collapse import CollapseWatch
 from rllib_llm.algorithm.dynamic_sampling import DYNAMIC_RESULTS, fill_batch
-from rllib_llm.algorithm.evaluation import (
+from rllib_llm.algorithm.fields import check_field
+from rllib_llm.algorithm.held_out_evaluation import (
     check_held_out,
     evaluation_metrics,
     shard_seed,
 )
-from rllib_llm.algorithm.fields import check_field
 from rllib_llm.algorithm.placement_checks import samples_with_learner_model, shares_learner_model
 from rllib_llm.algorithm.reward_workers import (
     REWARD_MODEL_RESULTS,
@@ -47,7 +47,7 @@ from rllib_llm.algorithm.reward_workers import (
 from rllib_llm.algorithm.sync_sampling import sample_remote
 from rllib_llm.exchange.devices import announce
 from rllib_llm.rollout.env_runner import SAMPLER_STATE, check_env
-from rllib_llm.rollout.evaluation import EvalShard
+from rllib_llm.rollout.held_out_sampling import EvalShard
 
 logger = logging.getLogger(__name__)
 
@@ -299,7 +299,7 @@ class RLVR(Algorithm):
 
         Returns:
             pass@1, pass@k, num_problems, samples_per_problem, num_samples and
-            response_length_mean (`rllib_llm.algorithm.evaluation`).
+            response_length_mean (`rllib_llm.algorithm.held_out_evaluation`).
         """
         if self.config.custom_evaluation_function:
             return super().evaluate(parallel_train_future)

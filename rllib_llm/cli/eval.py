@@ -128,7 +128,7 @@ def _checkpoint(model: str, checkpoint: str | None) -> Path | None:
 def check_evaluable(config: RLVRConfig) -> None:
     """What RLVR would refuse only once built (seconds of loading later, as a traceback): the
     held-out problems must not be the training ones."""
-    from rllib_llm.algorithm.evaluation import check_held_out
+    from rllib_llm.algorithm.held_out_evaluation import check_held_out
 
     check_held_out(config, config.get_evaluation_config_object())
 
@@ -209,7 +209,7 @@ def build_evaluator(config: RLVRConfig, checkpoint: Path | None):
 
 def _report(model: str | Path, config: RLVRConfig, result: dict[str, Any],
             seed: int | None) -> str:
-    from rllib_llm.algorithm.evaluation import (
+    from rllib_llm.algorithm.held_out_evaluation import (
         NUM_PROBLEMS,
         PASS_AT_1,
         PASS_AT_K,

@@ -36,7 +36,7 @@ def rank_and_world() -> tuple[int, int]:
 
 def rank_rows(rows: torch.Tensor, *, group_size: int, rank: int, world: int) -> torch.Tensor:
     """The rows of whole prompt groups g ≡ rank (mod world) among `rows` (consecutive runs of
-    `group_size` rows per group, as `minibatches.minibatch_rows` returns them)."""
+    `group_size` rows per group, as `optimizer_steps.minibatch_rows` returns them)."""
     if world == 1:
         return rows
     if rows.numel() % (group_size * world):

@@ -12,7 +12,7 @@ value pretraining (the first value_pretrain_steps iterations) the loss is the va
 on Monte-Carlo returns, and only the critic's optimizer steps.
 
 One call of `_update` is one training iteration: `ppo_epochs` passes over the rollout batch in
-mini-batches of whole prompt groups (`minibatches.py`), one optimizer step each, accumulated
+mini-batches of whole prompt groups (`optimizer_steps.py`), one optimizer step each, accumulated
 over micro-batches of at most `max_tokens_per_micro_batch` tokens (sized for the learner's GPU
 when "auto": `RLVRModule.size_for_device`) and `micro_batch_size` rows (`micro_batches.py`).
 Every term is normalised by the counts of the whole mini-batch, computed before it is split, so
@@ -53,7 +53,7 @@ from rllib_llm.exchange.columns import ENTROPY as ENTROPY_OUT
 from rllib_llm.exchange.devices import IS_GPU, announce, is_gpu, module_device, require_visible_gpu
 from rllib_llm.exchange.threads import set_torch_threads
 from rllib_llm.learner import data_parallel, micro_batches
-from rllib_llm.learner.minibatches import minibatch_rows
+from rllib_llm.learner.optimizer_steps import minibatch_rows
 from rllib_llm.learner.step_context import StepContext, positive_rows, step_context, with_context
 from rllib_llm.learner.step_metrics import StepMetrics
 

@@ -1,7 +1,7 @@
 """Tool-use transcripts for the SFT warm start of `embedded_tool` (`pretrain --task tool`).
 
 A transcript is one "math_tool" episode written out as the env would tokenize it
-(`envs/multi_turn.py`): the prompt, the agent's turns, and between them the environment's
+(`envs/text_turn_env.py`): the prompt, the agent's turns, and between them the environment's
 observation tokens. Only the agent's tokens are trained (the loss mask), as in RL.
 
     prompt            47*83=

@@ -21,7 +21,7 @@ from ray.rllib.utils.metrics import (
     TIMERS,
 )
 
-from rllib_llm.algorithm import async_sampling, evaluation, rlvr
+from rllib_llm.algorithm import async_sampling, held_out_evaluation, rlvr
 from rllib_llm.core import policy_losses
 from rllib_llm.exchange.devices import IS_GPU
 from rllib_llm.learner import connector, learner
@@ -54,8 +54,8 @@ RESPONSE_LENGTH = _runners(runner.RESPONSE_LENGTH_MEAN)
 TOKENS_SAMPLED_LIFETIME = NUM_ENV_STEPS_SAMPLED_LIFETIME  # response tokens sampled so far
 GENERATE_TOKENS_PER_S = _runners(runner.GENERATE_TOKENS_PER_S)
 # Held-out accuracy: only in iterations that evaluate (`evaluation_interval`).
-HELD_OUT_ACCURACY = _key(EVALUATION_RESULTS, evaluation.PASS_AT_1)
-HELD_OUT_PASS_AT_K = _key(EVALUATION_RESULTS, evaluation.PASS_AT_K)
+HELD_OUT_ACCURACY = _key(EVALUATION_RESULTS, held_out_evaluation.PASS_AT_1)
+HELD_OUT_PASS_AT_K = _key(EVALUATION_RESULTS, held_out_evaluation.PASS_AT_K)
 # The update (learner), averaged over the iteration's optimizer steps.
 LOSS = _learner(learner.TOTAL_LOSS)
 KL = _learner(learner.KL_LOSS)  # KL to the reference model: only with use_kl_loss

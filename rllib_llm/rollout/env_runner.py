@@ -8,7 +8,7 @@ stays small. Each response becomes one `SingleAgentEpisode` carrying the sampler
 the weight version that produced it.
 
 Multi-turn envs (`env.multi_turn`, e.g. "math_tool") go turn by turn instead
-(`rollout.multi_turn`): generate until each env needs input, step all envs at once from a
+(`rollout.turn_loop`): generate until each env needs input, step all envs at once from a
 thread pool (tool calls run concurrently), continue, with one env per running episode.
 
 With partial rollouts (`partial_rollout_max_split` > 1, `rollout.partial_rollouts`) responses are
@@ -44,17 +44,13 @@ from rllib_llm.exchange.devices import (
 )
 from rllib_llm.exchange.memory_budgets import AUTO, generate_budget
 from rllib_llm.exchange.threads import set_torch_threads
+from rllib_llm.models import DTYPES
 from rllib_llm.rollout.engine import SamplingParams
-from rllib_llm.rollout.evaluation import (
+from rllib_llm.rollout.held_out_sampling import (
     EvalShard,
     score_held_out,
     score_held_out_multi_turn,
     shard_indices,
-)
-from rllib_llm.rollout.multi_turn import (
-    MAX_TOOL_THREADS,
-    run_multi_turn,
-    to_single_agent_episode,
 )
 from rllib_llm.rollout.partial_rollouts import InFlight
 from rllib_llm.rollout.replay import replay_response
@@ -67,6 +63,11 @@ from rllib_llm.rollout.sample_metrics import (
     log_partial_metrics,
     log_sample_metrics,
     log_turn_metrics,
+)
+from rllib_llm.rollout.turn_loop import (
+    MAX_TOOL_THREADS,
+    run_multi_turn,
+    to_single_agent_episode,
 )
 
 # This runner's part of a checkpoint that RLlib's EnvRunner state leaves out.
@@ -262,9 +263,11 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
                                         self.module.model, cfg.device_memory_share)
         if sized:
             announce(f"{who}'s torch engine", self._device, sized)
+        autocast = self.config.autocast_dtype  # the learners' mixed precision, if any
         return TorchRolloutEngine(
             self.module.model, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
             device=self._device, max_tokens_per_batch=budget,
+            autocast_dtype=None if autocast is None else DTYPES[autocast],
         )
 
     def _sampling(self) -> SamplingParams:
@@ -350,7 +353,7 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
             f"{self.worker_index or 0}-{next(self._counter)}"
 
     def _sample_multi_turn(self, prompt_indices: list[int], n: int) -> list[SingleAgentEpisode]:
-        """Episodes of a multi-turn env, turn by turn (`rollout.multi_turn`); generation and
+        """Episodes of a multi-turn env, turn by turn (`rollout.turn_loop`); generation and
         env steps (tools, verification) interleave, so their time is reported together, as
         generation; making the finished episodes is the replay."""
         t0 = time.perf_counter()

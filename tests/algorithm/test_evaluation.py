@@ -13,10 +13,10 @@ from rllib_llm.envs import arithmetic_problems
 from rllib_llm.envs.answer_extraction import extract_answer
 
 from rllib_llm import core
-from rllib_llm.algorithm.evaluation import evaluation_metrics
+from rllib_llm.algorithm.held_out_evaluation import evaluation_metrics
 from rllib_llm.recipes.embedded import embedded_config
 from rllib_llm.rollout.engine import SamplingParams
-from rllib_llm.rollout.evaluation import EvalShard, shard_indices
+from rllib_llm.rollout.held_out_sampling import EvalShard, shard_indices
 
 TINY = dict(rollout_batch_size=2, num_return_sequences_in_group=2, response_length=4)
 UNREACHABLE = "1000000"  # an answer the embedded model cannot write in 4 tokens

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import torch
-from rllib_llm.envs.multi_turn import (
+from rllib_llm.envs.text_turn_env import (
     CONTEXT_TRUNCATED,
     NUM_ENV_TOKENS,
     TURN_LIMIT,
@@ -25,7 +25,7 @@ from rllib_llm import core
 from rllib_llm.learner.step_context import StepContext, with_context
 from rllib_llm.models import load_tokenizer
 from rllib_llm.rollout.engine import Response, SamplingParams
-from rllib_llm.rollout.multi_turn import run_multi_turn, to_single_agent_episode
+from rllib_llm.rollout.turn_loop import run_multi_turn, to_single_agent_episode
 
 TOK = load_tokenizer("embedded")
 EOS = TOK.eos_token_id

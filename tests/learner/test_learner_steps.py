@@ -11,7 +11,7 @@ import torch
 
 from rllib_llm import core
 from rllib_llm.learner import learner as learner_module
-from rllib_llm.learner.minibatches import minibatch_rows
+from rllib_llm.learner.optimizer_steps import minibatch_rows
 from rllib_llm.learner.step_context import StepContext, with_context
 from rllib_llm.recipes.embedded import embedded_config
 

@@ -1,6 +1,6 @@
 """Multi-turn rollouts: generate until every episode's env needs input, step the envs, go on.
 
-For envs with `multi_turn = True` (`rllib_llm.envs.multi_turn.TextTurnEnv`). One env per running
+For envs with `multi_turn = True` (`rllib_llm.envs.text_turn_env.TextTurnEnv`). One env per running
 episode (`env.spawn()`), all advanced in lock step:
 1. generate the next turn of every running episode in one engine call (the first turn as
    `n` samples of each prompt, sharing its prefill; later turns one sample per episode from its

@@ -2,7 +2,8 @@
 
 Evaluation reads nothing training advances: it resets a held-out env to chosen problems (not the
 training env's shuffled order), samples with a seed of its own and builds no episodes (no group
-ids drawn). The driver merges the shards of every runner (`rllib_llm.algorithm.evaluation`).
+ids drawn). The driver merges the shards of every runner
+(`rllib_llm.algorithm.held_out_evaluation`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from rllib_llm.envs.token_mdp import is_correct
 from rllib_llm.exchange.columns import PROMPT_IDS, PROMPT_INDEX
 from rllib_llm.rollout.engine import SamplingParams
-from rllib_llm.rollout.multi_turn import run_multi_turn
+from rllib_llm.rollout.turn_loop import run_multi_turn
 
 
 @dataclass(frozen=True)

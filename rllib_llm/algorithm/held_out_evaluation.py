@@ -1,5 +1,5 @@
 """The driver's side of evaluation: which problems are held out, each runner's seed, and the
-metrics of the runners' shards merged (`rllib_llm.rollout.evaluation` scores a shard).
+metrics of the runners' shards merged (`rllib_llm.rollout.held_out_sampling` scores a shard).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from rllib_llm import core
-from rllib_llm.rollout.evaluation import EvalShard
+from rllib_llm.rollout.held_out_sampling import EvalShard
 
 logger = logging.getLogger(__name__)
 
