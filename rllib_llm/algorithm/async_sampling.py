@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
+from rllib_llm.algorithm.sync_sampling import healthy_runner_ids
 from rllib_llm.exchange.columns import GROUP_ID, WEIGHT_VERSION
 
 # Metric names, under ASYNC_RESULTS in the results.
@@ -247,17 +248,7 @@ class AsyncSampler:
 
     def _healthy_runners(self) -> list[int]:
         """The healthy remote runners' ids, waiting (and restoring) while there are none."""
-        deadline = time.monotonic() + self._restore_timeout_s
-        while True:
-            healthy = sorted(self.group.healthy_env_runner_ids())
-            if healthy:
-                return healthy
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"Asynchronous sampling: no healthy env runner for {self._restore_timeout_s} "
-                    "s (env_runner_restore_timeout_s); every remote env runner is down.")
-            time.sleep(1.0)
-            self._restore_runners()
+        return healthy_runner_ids(self.group, self._restore_runners, self._restore_timeout_s)
 
     # --- checkpoints ----------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:

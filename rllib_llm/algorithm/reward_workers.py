@@ -9,8 +9,11 @@ shares at once in batches of `reward_model_batch_size`, and each episode's final
 `core.combine_rewards(verifier, model, *reward_weights)`. The verifier's verdict (its final
 info) is left as it was, so `correct` and accuracy stay the verifier's.
 
-A worker that raises, dies or returns a non-finite score stops the iteration with an error
-naming the worker and the response, before any episode is changed or trained on.
+A worker whose process dies (killed, out of memory) is restarted by Ray, which runs again the
+`score` call it died in (`max_restarts`, `max_task_retries`): the iteration goes on, later by a
+model load. A worker that raises, dies for good or returns a non-finite score stops the iteration
+with a one-line error naming the worker and the responses, before any episode is changed or
+trained on.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ TIME_S = "time_s"  # wall seconds of the workers' scoring, every round of the it
 # Seconds a reward worker may take to start (load its model) before the build fails: a worker
 # Ray cannot place would otherwise wait forever.
 READY_TIMEOUT_S = 300.0
+# Restarts Ray gives each reward worker whose process dies, over the run; past them it is gone.
+MAX_RESTARTS = 3
 
 
 class RewardWorker:
@@ -88,7 +93,8 @@ class RewardWorkers:
         self.tokenizer = tokenizer
         self.verifier_weight, self.model_weight = (float(w) for w in cfg.reward_weights)
         actor = ray.remote(num_cpus=cfg.num_cpus_per_reward_worker,
-                           num_gpus=cfg.num_gpus_per_reward_worker)(RewardWorker)
+                           num_gpus=cfg.num_gpus_per_reward_worker,
+                           max_restarts=MAX_RESTARTS, max_task_retries=MAX_RESTARTS)(RewardWorker)
         spec = scorer_spec(cfg)
         self.workers = [actor.remote(spec) for _ in range(cfg.num_reward_workers)]
         try:
@@ -138,10 +144,15 @@ class RewardWorkers:
         for i, ((a, b), call) in enumerate(zip(shares, calls)):
             try:
                 part = ray.get(call)
-            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
+            except ray.exceptions.RayActorError as e:
+                raise RuntimeError(
+                    f"reward worker {i} failed scoring responses {a}..{b - 1} of this batch: its "
+                    f"process died for good (Ray restarts one up to {MAX_RESTARTS} times a run); "
+                    "no episode was changed or trained on") from e
+            except ray.exceptions.RayTaskError as e:
                 raise RuntimeError(
                     f"reward worker {i} failed scoring responses {a}..{b - 1} of this batch; "
-                    f"no episode was changed or trained on: {e}") from e
+                    f"no episode was changed or trained on: {_first_line(e.cause)}") from e
             if len(part) != b - a:
                 raise RuntimeError(f"reward worker {i} returned {len(part)} scores for "
                                    f"{b - a} responses")
@@ -171,6 +182,12 @@ class RewardWorkers:
         return {MODEL_SCORE_MEAN: float(model.mean()), VERIFIER_SCORE_MEAN: float(verifier.mean()),
                 REWARD_MEAN: float(reward.mean()), TIME_S: elapsed,
                 "num_responses": float(len(episodes))}
+
+
+def _first_line(error: BaseException) -> str:
+    """'TypeName: the message's first line' (the traceback stays on the chained exception)."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"
 
 
 def merge_round_metrics(rounds: list[dict[str, float]]) -> dict[str, float]:

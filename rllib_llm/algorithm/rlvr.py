@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import time
 from typing import Any
 
@@ -24,6 +23,7 @@ from rllib_llm.algorithm.async_sampling import (
     DROPPED_FRACTION,
     LEARNER_WAIT_S,
     NUM_DROPPED,
+    NUM_RESAMPLED_PARTS,
     AsyncSampler,
     Batch,
     staleness,
@@ -44,8 +44,9 @@ from rllib_llm.algorithm.reward_workers import (
     RewardWorkers,
     merge_round_metrics,
 )
+from rllib_llm.algorithm.sync_sampling import sample_remote
 from rllib_llm.exchange.devices import announce
-from rllib_llm.rollout.env_runner import SAMPLER_STATE
+from rllib_llm.rollout.env_runner import SAMPLER_STATE, check_env
 from rllib_llm.rollout.held_out_sampling import EvalShard
 
 logger = logging.getLogger(__name__)
@@ -73,6 +74,9 @@ class RLVR(Algorithm):
         return RLVRConfig(cls)
 
     def setup(self, config) -> None:
+        # A bad dataset or env setting fails now, with its own message, not as a remote
+        # runner's death (env_runner.check_env says how that reads).
+        check_env(config)
         # Actors the cluster cannot hold would wait forever, silently: say so first.
         with fit_check(config):
             super().setup(config)
@@ -108,7 +112,7 @@ class RLVR(Algorithm):
                 self.env_runner_group, ahead=config.async_generation_ratio,
                 max_staleness=config.resolved_max_staleness, num_parts=config.num_env_runners,
                 num_prompts=config.rollout_batch_size // config.num_env_runners,
-                restore_runners=lambda: self.restore_env_runners(self.env_runner_group),
+                restore_runners=self._restore_training_runners,
                 resync_runners=lambda ids: self.env_runner_group.sync_weights(
                     from_worker_or_learner_group=self.learner_group, to_worker_indices=ids,
                     inference_only=True),
@@ -188,6 +192,16 @@ class RLVR(Algorithm):
             self._weight_broadcast.invalidate()
         return restored
 
+    def _restore_training_runners(self) -> list[int]:
+        """What RLlib does before each iteration, for a wait inside one: bring back the failed
+        training runners and tell the `on_env_runners_recreated` callbacks."""
+        restored = self.restore_env_runners(self.env_runner_group)
+        if restored:
+            self._make_on_env_runners_recreated_callbacks(
+                config=self.config, env_runner_group=self.env_runner_group,
+                restored_env_runner_indices=restored)
+        return restored
+
     def cleanup(self) -> None:
         super().cleanup()
         if getattr(self, "_reward_workers", None) is not None:
@@ -247,27 +261,30 @@ class RLVR(Algorithm):
 
     def _sample(self, learner_version: int, num_prompts: int | None = None) -> Batch:
         """This iteration's episodes: generated ahead (asynchronous training: a whole batch), or
-        now by every env runner (the local one when there are none), `num_prompts` prompts in
-        all (None: rollout_batch_size), shared out among the remote runners."""
+        now by the remote env runners alive (sync_sampling.py: a dead runner's share goes to
+        the others, or waits for RLlib to restore it) or by the local one when there are none;
+        `num_prompts` prompts in all (None: rollout_batch_size)."""
         if self._async is not None:
             return self._async.next_batch(learner_version)
         start = time.perf_counter()
         group = self.env_runner_group
+        resampled = 0
         if group.num_remote_env_runners() == 0:
             runner = group.local_env_runner
-            results = [(runner.sample(num_prompts=num_prompts), runner.get_metrics())]
+            episodes = runner.sample(num_prompts=num_prompts)
+            runner_metrics = [runner.get_metrics()]
         else:
-            share = None if num_prompts is None else \
-                math.ceil(num_prompts / group.num_remote_env_runners())
-            results = group.foreach_env_runner(
-                lambda r: (r.sample(num_prompts=share), r.get_metrics()),
-                local_env_runner=False,
-            )
-        episodes = [e for eps, _ in results for e in eps]
+            cfg = self.config
+            episodes, runner_metrics, resampled = sample_remote(
+                group, num_prompts, num_parts=cfg.num_env_runners,
+                part_size=cfg.rollout_batch_size // cfg.num_env_runners,
+                restore=self._restore_training_runners,
+                timeout_s=cfg.env_runner_restore_timeout_s)
         metrics = staleness_metrics(staleness(episodes, learner_version), 0)
         metrics.update({NUM_DROPPED: 0.0, DROPPED_FRACTION: 0.0, BATCHES_IN_FLIGHT: 0.0,
+                        NUM_RESAMPLED_PARTS: float(resampled),
                         LEARNER_WAIT_S: time.perf_counter() - start})
-        return Batch(episodes, [m for _, m in results], metrics)
+        return Batch(episodes, runner_metrics, metrics)
 
     # --- evaluation -----------------------------------------------------------------------------
     def evaluate(self, parallel_train_future=None) -> dict[str, Any]:

@@ -107,6 +107,17 @@ class RunFile:
         except ValueError as e:
             raise ConfigFileError(f"{self.path}: {e}") from e
 
+    def check_env(self) -> None:
+        """Build the training env once, as RLVR does before its runners start (its dataset read
+        and checked), raised as ConfigFileError naming the file: a bad data file fails in
+        seconds with its own message, not in a Tune trial a minute later. After `check()`."""
+        from rllib_llm.rollout.env_runner import check_env
+
+        try:
+            check_env(self.to_config())
+        except (ValueError, OSError) as e:
+            raise ConfigFileError(f"{self.path}: {e}") from e
+
 
 def read_run_file(path: str | Path, sets: list[str] = (), *, strict: bool = False,
                   allow_search_spaces: bool = False) -> RunFile:

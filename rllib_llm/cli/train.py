@@ -54,6 +54,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"rllib-llm train: error: {run_dir} is not empty: continue that run with "
               f"--resume {run_dir}, or pick another --run-dir", file=sys.stderr)
         return 2
+    try:
+        run_file.check_env()  # reads the data: after the cheap checks
+    except ConfigFileError as e:
+        print(f"rllib-llm train: error: {e}", file=sys.stderr)
+        return 2
     if args.dry_run:
         print(_dump(run_file.sections))
         return 0

@@ -15,6 +15,7 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.utils.metrics import (
     ENV_RUNNER_RESULTS,
     EVALUATION_RESULTS,
+    FAULT_TOLERANCE_STATS,
     LEARNER_RESULTS,
     NUM_ENV_STEPS_SAMPLED_LIFETIME,
     TIMERS,
@@ -82,6 +83,10 @@ DROPPED_FRACTION = _key(async_sampling.ASYNC_RESULTS, async_sampling.DROPPED_FRA
 LEARNER_WAIT_S = _key(async_sampling.ASYNC_RESULTS, async_sampling.LEARNER_WAIT_S)
 RUNNER_IDLE_S = _runners(runner.IDLE_S)
 OLD_LOGP_RECOMPUTED = _learner(connector.OLD_LOGP_RECOMPUTED)
+# Faults (rllib_llm/algorithm/sync_sampling.py): RLlib's count of restored remote env runners,
+# and ours of the runners' shares lost with a runner that died, and sampled again.
+RUNNER_RESTARTS = _key(FAULT_TOLERANCE_STATS, "num_remote_worker_restarts")  # RLlib's
+RESAMPLED_PARTS = _key(async_sampling.ASYNC_RESULTS, async_sampling.NUM_RESAMPLED_PARTS)
 # Placement (rllib_llm/exchange/devices.py): each process's device as a number.
 LEARNER_ON_GPU = _learner(IS_GPU)
 SAMPLER_ON_GPU = _runners(IS_GPU)
@@ -126,6 +131,9 @@ METRICS: Mapping[str, str] = MappingProxyType({
                    "0 at a runner's first)",
     OLD_LOGP_RECOMPUTED: "1 if old_logp were recomputed by the learner, 0 if they are the "
                          "sampler's behaviour log-probs (recompute_old_logp)",
+    RUNNER_RESTARTS: "remote env runners RLlib restored after they died, so far (RLlib's)",
+    RESAMPLED_PARTS: "shares of this iteration's prompts lost with an env runner that died, "
+                     "and sampled again",
     LEARNER_ON_GPU: "1 if the learner computes on a GPU, else 0 (its device is printed at build)",
     SAMPLER_ON_GPU: "share of the sampling env runners that sample on a GPU (in one process: "
                     "the learner's device)",

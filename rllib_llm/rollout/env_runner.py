@@ -73,6 +73,53 @@ from rllib_llm.rollout.turn_loop import (
 # This runner's part of a checkpoint that RLlib's EnvRunner state leaves out.
 SAMPLER_STATE = "rlvr_sampler"
 
+def env_config_for(config, worker_index: int) -> dict[str, Any]:
+    """The env config runner `worker_index` (0: the driver's) builds its env from under `config`:
+    the user's `env_config` plus the model, prompt and response lengths and a per-runner seed."""
+    env_config = dict(config.env_config)
+    env_config.update(
+        model=config.model_name_or_path,
+        prompt_length=config.resolved_prompt_length,
+        response_length=config.response_length,
+        seed=(config.seed or 0) + worker_index,
+    )
+    return env_config
+
+
+def make_env(env_id, env_config: dict[str, Any]):
+    """The env `environment(env_id)` names (registered name or class), built from `env_config`."""
+    from ray.tune.registry import ENV_CREATOR, _global_registry
+
+    from rllib_llm.envs import register_envs
+
+    register_envs()
+    if isinstance(env_id, str):
+        if not _global_registry.contains(ENV_CREATOR, env_id):
+            raise ValueError(
+                f"environment({env_id!r}) is not a registered environment; rllib_llm "
+                "registers 'math_verify' (register yours with ray.tune.register_env)."
+            )
+        return _global_registry.get(ENV_CREATOR, env_id)(env_config)
+    if env_id is None:
+        raise ValueError("RLVRConfig needs an environment: call .environment('math_verify').")
+    return env_id(env_config)
+
+
+def check_env(config) -> None:
+    """Build the training env as the driver's runner would, and close it: its dataset and
+    settings are checked here, in this process, with the env's own error.
+
+    RLVR runs this before any runner starts. A remote runner whose env fails to build dies in
+    its constructor, and the driver then sees only RLlib's `IndexError` while it looks for the
+    runner's spaces, tens of seconds later. Cheap: the driver's runner builds the same env
+    next, from the process's cached tokenizer and problem set (envs/problem_set.py).
+    """
+    env = make_env(config.env, env_config_for(config, 0))
+    close = getattr(env, "close", None)
+    if close is not None:
+        close()
+
+
 class RLVREnvRunner(EnvRunner, Checkpointable):
     """An EnvRunner for token-level LLM environments, single- and multi-turn.
 
@@ -139,15 +186,7 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
     # --- construction ---------------------------------------------------------------------------
     def _env_config(self, config=None) -> dict[str, Any]:
         """The env's config under `config` (default: this runner's)."""
-        cfg = config or self.config
-        env_config = dict(cfg.env_config)
-        env_config.update(
-            model=cfg.model_name_or_path,
-            prompt_length=cfg.resolved_prompt_length,
-            response_length=cfg.response_length,
-            seed=(cfg.seed or 0) + (self.worker_index or 0),
-        )
-        return env_config
+        return env_config_for(config or self.config, self.worker_index or 0)
 
     def share_policy_model(self, model) -> None:
         """Sample with `model`, the local learner's own policy model, instead of this runner's
@@ -172,23 +211,7 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
             shard_order(self.worker_index - 1, runners, self.config.seed or 0)
 
     def _make_env(self, env_config: dict[str, Any]):
-        from ray.tune.registry import ENV_CREATOR, _global_registry
-
-        from rllib_llm.envs import register_envs
-
-        register_envs()
-        env_id = self.config.env
-        if isinstance(env_id, str):
-            if not _global_registry.contains(ENV_CREATOR, env_id):
-                raise ValueError(
-                    f"environment({env_id!r}) is not a registered environment; rllib_llm "
-                    "registers 'math_verify' (register yours with ray.tune.register_env)."
-                )
-            creator = _global_registry.get(ENV_CREATOR, env_id)
-            return creator(env_config)
-        if env_id is None:
-            raise ValueError("RLVRConfig needs an environment: call .environment('math_verify').")
-        return env_id(env_config)
+        return make_env(self.config.env, env_config)
 
     def make_module(self) -> None:
         spec = self.config.get_rl_module_spec(spaces=self.get_spaces(), inference_only=True)

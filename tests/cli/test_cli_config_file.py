@@ -3,7 +3,11 @@ each way a file can be wrong, naming the file, the setting and the rule (no Ray,
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -353,3 +357,26 @@ def test_a_sweep_dry_run_says_what_each_trial_asks_for(tmp_path, capsys):
     assert main(["sweep", str(EXAMPLES / "sweep_pg_variant.yaml"), "--dry-run",
                  "--run-dir", str(tmp_path / "s")]) == 0
     assert "each trial asks for 1 CPU" in capsys.readouterr().out
+
+
+def test_train_with_a_bad_data_file_exits_2_with_one_line_before_ray_starts(tmp_path):
+    """As a user runs it (the console script): the data file is read before Ray and Tune, whose
+    trial used to end a minute later in some 120 lines of tables and tracebacks."""
+    records = [{"prompt": f"{i}+1=", "answer": str(i + 1)} for i in range(20)]
+    del records[10]["answer"]
+    data = tmp_path / "problems.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records))
+    path = write(tmp_path, f"""
+        environment: {{env: math_verify, env_config: {{dataset: {data}}}}}
+        training: {{pg_variant: topr}}
+    """)
+    start = time.monotonic()
+    run = subprocess.run([sys.executable, "-m", "rllib_llm.cli", "train", str(path),
+                          "--run-dir", str(tmp_path / "run")],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2, (run.stdout + run.stderr)[-3000:]
+    assert run.stderr.splitlines() == [
+        f"rllib-llm train: error: {path}: answer_key='answer' is not a field of {data} "
+        f"({data}:11); its fields are ['prompt']: pass answer_key=<one of them>"], run.stderr
+    assert not (tmp_path / "run").exists()
+    assert time.monotonic() - start < 120  # the imports; Tune's trial took 43-68 s

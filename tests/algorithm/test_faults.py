@@ -1,0 +1,145 @@
+"""The faults a user's run meets, each with what happens: a remote env runner killed between two
+iterations makes the next ones wait for RLlib to restart it (or sample with the runners alive),
+never fail while it can come back, and stop with one line naming it when it cannot; a bad data
+file fails the build with its own message, in the driver, before any remote runner starts."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import pytest
+import ray
+
+from rllib_llm.algorithm.sync_sampling import sample_remote, share_out
+from rllib_llm.recipes.embedded import embedded_config
+
+# 2 prompts x 2 responses, 4 tokens: the cheapest iteration.
+TINY = dict(rollout_batch_size=2, num_return_sequences_in_group=2, response_length=4)
+
+
+# --- sharing out the prompts, by hand (a stand-in EnvRunnerGroup) ------------------------------
+def test_prompts_are_shared_out_evenly_among_the_runners_alive():
+    assert share_out(8, [1, 2]) == {1: 4, 2: 4}
+    assert share_out(5, [1, 3]) == {1: 3, 3: 2}
+    assert share_out(1, [1, 2]) == {1: 1}  # no runner is asked for 0 prompts
+
+
+class Runner:
+    def __init__(self, worker_index: int):
+        self.worker_index = worker_index
+
+    def sample(self, num_prompts: int) -> list[tuple[int, int]]:
+        return [(self.worker_index, p) for p in range(num_prompts)]
+
+    def get_metrics(self) -> dict:
+        return {"runner": self.worker_index}
+
+
+class Group:
+    """EnvRunnerGroup's calls sample_remote makes; runner 2 dies in its first sample() call
+    (RLlib then marks it unhealthy and returns only the others' results)."""
+
+    def __init__(self):
+        self.healthy, self.calls = [1, 2], []
+
+    def num_remote_env_runners(self) -> int:
+        return 2
+
+    def healthy_env_runner_ids(self) -> list[int]:
+        return list(self.healthy)
+
+    def foreach_env_runner(self, fn, *, remote_worker_ids, local_env_runner):
+        self.calls.append(list(remote_worker_ids))
+        if len(self.calls) == 1:
+            self.healthy.remove(2)
+        return [fn(Runner(i)) for i in remote_worker_ids if i in self.healthy]
+
+
+def test_the_prompts_of_a_runner_that_died_are_sampled_by_the_one_alive():
+    group = Group()
+    restores = []
+    episodes, metrics, resampled = sample_remote(group, None, num_parts=2, part_size=3,
+                                                 restore=lambda: restores.append(1),
+                                                 timeout_s=0)
+    assert group.calls == [[1, 2], [1]]
+    assert sorted(episodes) == [(1, 0), (1, 0), (1, 1), (1, 1), (1, 2), (1, 2)]  # all 6 prompts
+    assert metrics == [{"runner": 1}, {"runner": 1}] and resampled == 1 and restores == [1]
+
+
+# --- killed runners on Ray -----------------------------------------------------------------------
+pytestmark_ray = pytest.mark.usefixtures("ray_session")  # tests/conftest.py
+
+
+def one_remote_runner(**fault_tolerance):
+    return (embedded_config("topr", **TINY).env_runners(num_env_runners=1)
+            .fault_tolerance(**fault_tolerance).build_algo())
+
+
+def kill_runner(algo, index: int = 1, *, restart: bool = True) -> None:
+    ray.kill(algo.env_runner_group._worker_manager._actors[index], no_restart=not restart)
+
+
+@pytestmark_ray  # 17-52 s on 2 shared cores: a build, then the runner's restart
+def test_a_plain_loop_survives_its_only_remote_runner_killed(caplog):
+    """The README's `for _ in range(N): algo.train()` with the one remote runner killed."""
+    algo = one_remote_runner()
+    try:
+        first = algo.train()
+        kill_runner(algo)
+        with caplog.at_level(logging.WARNING, logger="rllib_llm"):
+            results = [algo.train() for _ in range(3)]  # none raises: each waits for the runner
+        steps = [r["env_runners"]["num_env_steps_sampled_lifetime"] for r in [first, *results]]
+        assert steps == sorted(set(steps)), steps  # every iteration sampled and trained
+        assert [r["training_iteration"] for r in results] == [2, 3, 4]
+        assert results[-1]["fault_tolerance"]["num_healthy_workers"] == 1
+        assert results[0]["fault_tolerance"]["num_remote_worker_restarts"] == 1
+        assert sum(r["async_sampling"]["num_resampled_parts"] for r in results) == 1
+        # The wait is said, with the runner's number.
+        assert any(m.startswith("env runner 1 down") and "waiting" in m
+                   for m in caplog.messages), caplog.messages
+    finally:
+        algo.stop()
+
+
+@pytestmark_ray
+def test_a_runner_that_does_not_come_back_stops_training_with_one_line_naming_it():
+    algo = one_remote_runner(env_runner_restore_timeout_s=3.0)
+    try:
+        algo.train()
+        kill_runner(algo, restart=False)  # Ray does not restart it: it is gone for good
+        start = time.monotonic()
+        with pytest.raises(RuntimeError) as error:
+            algo.train()
+        assert time.monotonic() - start < 30
+        message = str(error.value)
+        assert "\n" not in message
+        assert message.startswith("env runner 1 died; RLlib restored none within "
+                                  "env_runner_restore_timeout_s=3.0 s"), message
+    finally:
+        algo.stop()
+
+
+# --- a bad data file -----------------------------------------------------------------------------
+def data_file_missing_an_answer(tmp_path) -> str:
+    """20 problems; record 10 has no "answer"."""
+    records = [{"prompt": f"{i}+1=", "answer": str(i + 1)} for i in range(20)]
+    del records[10]["answer"]
+    path = tmp_path / "problems.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(path)
+
+
+@pytestmark_ray
+def test_a_bad_data_file_fails_the_build_with_its_own_message_before_a_remote_runner_starts(
+        tmp_path):
+    # A remote runner whose env fails dies in its constructor, and RLlib used to report only an
+    # IndexError (looking for the dead runner's spaces) some 20 s later.
+    config = (embedded_config("topr", **TINY)
+              .environment("math_verify",
+                           env_config={"dataset": data_file_missing_an_answer(tmp_path)})
+              .env_runners(num_env_runners=1))
+    with pytest.raises(ValueError, match=r"^answer_key='answer' is not a field of "
+                                         r".*problems.jsonl \(.*problems.jsonl:11\)"):
+        config.build_algo()
