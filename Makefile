@@ -69,9 +69,10 @@ demo: setup $(if $(filter vllm,$(ENGINE)),setup-vllm)
 # SmolLM2 example's test (222 s) and, in that run only, fused Adam on for every test (2026-11-27,
 # quiet); the longest tests are the learning tests (reinforce 247 s).
 # `make test-vllm` runs the tests marked vllm, one at a time (vLLM spawns engine processes).
+# --durations=25 lists the 25 slowest tests at the end, to watch the suite's time.
 TEST_WORKERS ?= 2
 test: setup setup-smollm2
-	$(BIN)/python -m pytest -m "not vllm" -n $(TEST_WORKERS) --dist worksteal
+	$(BIN)/python -m pytest -m "not vllm" -n $(TEST_WORKERS) --dist worksteal --durations=25
 
 # The inner loop of a change: the suite without the tests marked slow (learning runs, examples,
 # CLI training runs and sweeps, DeepSpeed, asynchronous training, the GPU check, the wheel) and
