@@ -76,8 +76,8 @@ test: setup setup-smollm2
 
 # The inner loop of a change: the suite without the tests marked slow (learning runs, examples,
 # CLI training runs and sweeps, DeepSpeed, asynchronous training, the GPU check, the wheel) and
-# without vLLM. Estimated from the full suite's durations on 2 cores (2026-11-26): about a third
-# of `make test`'s 28 minutes. CI runs the full `make test`.
+# without vLLM: about a third of `make test`'s time (the slow tests, a few minutes each, are the
+# rest; `make test` lists the 25 slowest). CI runs the full `make test`.
 test-fast: setup
 	$(BIN)/python -m pytest -m "not vllm and not slow" -n $(TEST_WORKERS) --dist worksteal
 
