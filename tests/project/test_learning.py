@@ -100,20 +100,17 @@ def test_policy_gradient_on_grpo_advantages_raises_held_out_accuracy():
 
 
 # REINFORCE (no baseline: every response of a batch pushed by its whitened score) is the noisiest
-# estimator here. Measured at 100 iterations with the token-budgeted learner (whose update equals
-# the unbudgeted one to 1e-6, but Adam turns such differences in near-zero gradients into other
-# steps, and the run follows another path): +5.7 points with seed 1, +12.2 and +11.7 with seeds 2
-# and 3, +12.8 with seed 1 unbudgeted. One draw below MIN_GAIN says too little, so its bar is the
-# mean over two seeds.
-ESTIMATOR_SEEDS = {"reinforce": (SEED, SEED + 1)}
-
-
+# estimator here. At 100 iterations with the token-budgeted learner (whose update equals the
+# unbudgeted one to 1e-6, but Adam turns such differences in near-zero gradients into other
+# steps, and the run follows another path) seed 1 gained only +5.7 points (seeds 2 and 3 +12.2
+# and +11.7), so its bar was the mean over two seeds. At the 200 iterations of these tests, on the
+# split by operand pair: seed 1 +18.6, seed 2 +14.0 (2026-11-27, from 31.65%): the weaker seed is
+# 8 points (5 deviations of the evaluation noise) above MIN_GAIN, so one seed is tested, as for
+# the other estimators.
 @pytest.mark.parametrize("name", sorted(ESTIMATORS))
 def test_advantage_estimator_raises_held_out_accuracy(name):
-    runs = [accuracy_gain("ppo", seed=seed, **ESTIMATORS[name])
-            for seed in ESTIMATOR_SEEDS.get(name, (SEED,))]
-    gain = np.mean([after - before for before, after in runs])
-    assert gain >= MIN_GAIN, runs
+    before, after = accuracy_gain("ppo", **ESTIMATORS[name])
+    assert after - before >= MIN_GAIN, (before, after)
 
 
 def test_asynchronous_topr_raises_held_out_accuracy():
