@@ -67,16 +67,20 @@ demo: setup $(if $(filter vllm,$(ENGINE)),setup-vllm)
 # from a fresh clone: 39.3 minutes with the 33-minute suite and a make test-vllm cut short after
 # 86 s; 41.6 minutes in CI with the vLLM tests whole. 38.6 minutes for 1,719 tests with the
 # SmolLM2 example's test (222 s) and, in that run only, fused Adam on for every test (2026-11-27,
-# quiet); the longest tests are the learning tests (reinforce 247 s).
+# quiet); the longest tests are the learning tests (reinforce 247 s). Then (2026-11-27) vanilla's
+# learning run stands for the seven pg variants (the same update at one optimizer step),
+# REINFORCE runs one seed, and consecutive modules share one Ray: about 1,100 test-seconds fewer,
+# an estimated 28-29 minutes on a quiet machine (not yet measured whole).
 # `make test-vllm` runs the tests marked vllm, one at a time (vLLM spawns engine processes).
+# --durations=25 lists the 25 slowest tests at the end, to watch the suite's time.
 TEST_WORKERS ?= 2
 test: setup setup-smollm2
-	$(BIN)/python -m pytest -m "not vllm" -n $(TEST_WORKERS) --dist worksteal
+	$(BIN)/python -m pytest -m "not vllm" -n $(TEST_WORKERS) --dist worksteal --durations=25
 
 # The inner loop of a change: the suite without the tests marked slow (learning runs, examples,
 # CLI training runs and sweeps, DeepSpeed, asynchronous training, the GPU check, the wheel) and
-# without vLLM. Estimated from the full suite's durations on 2 cores (2026-11-26): about a third
-# of `make test`'s 28 minutes. CI runs the full `make test`.
+# without vLLM: about a third of `make test`'s time (the slow tests, a few minutes each, are the
+# rest; `make test` lists the 25 slowest). CI runs the full `make test`.
 test-fast: setup
 	$(BIN)/python -m pytest -m "not vllm and not slow" -n $(TEST_WORKERS) --dist worksteal
 

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,13 +15,59 @@ import ray
 ROOT = Path(__file__).resolve().parents[1]
 
 
+RAY_OPTIONS = dict(num_cpus=2, include_dashboard=False, log_to_driver=False)
+# The node of the Ray that `ray_session` shares between test modules, and the last module whose
+# test asked for it.
+_shared_ray_node: list[str | None] = [None]
+_shared_ray_module: list[object] = [None]
+
+
+def _shared_ray_is_running() -> bool:
+    return ray.is_initialized() and \
+        ray.get_runtime_context().get_node_id() == _shared_ray_node[0]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Start the shared Ray before a test that asks for `ray_session`, and stop it before a
+    test of another module that does not: such a module sees no Ray (or starts its own), as when
+    each module had its own. Consecutive modules that ask for it share one: its start and stop
+    took ~7 s per module, ~30 modules (a minute and a half of `make test` on 2 cores)."""
+    if "ray_session" in item.fixturenames:
+        _shared_ray_module[0] = item.module
+        if not ray.is_initialized():
+            ray.init(**RAY_OPTIONS)
+            _shared_ray_node[0] = ray.get_runtime_context().get_node_id()
+    elif item.module is not _shared_ray_module[0] and _shared_ray_is_running():
+        ray.shutdown()
+
+
+def pytest_sessionfinish(session):
+    if _shared_ray_is_running():
+        ray.shutdown()
+
+
+def _cpus_all_free(wait_s: float = 3.0) -> bool:
+    """Whether every CPU of the running Ray is free, allowing `wait_s` for the actors a test
+    stopped to give theirs back."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        if ray.available_resources().get("CPU", 0) >= ray.cluster_resources().get("CPU", 0):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+
+
 @pytest.fixture(scope="module")
 def ray_session():
-    """A local Ray with the machine's 2 cores for one test module (modules opt in with
-    `pytestmark = pytest.mark.usefixtures("ray_session")`)."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    """A local Ray with the machine's 2 cores (modules opt in with
+    `pytestmark = pytest.mark.usefixtures("ray_session")`), started by `pytest_runtest_setup`
+    and kept for the next module that asks for it, unless this module left CPUs held (an actor
+    of a failed test): then the next starts a fresh one."""
     yield
-    ray.shutdown()
+    if _shared_ray_is_running() and not _cpus_all_free():
+        ray.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +78,7 @@ def ray_session_at_normal_priority():
     niceness 0 on the 2-core development machine under a load of ~8."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RAY_worker_niceness", "0")
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-                 ignore_reinit_error=True)
+        ray.init(**RAY_OPTIONS, ignore_reinit_error=True)
         yield
         ray.shutdown()
 

@@ -1,6 +1,6 @@
-"""RLVR on RLlib end to end: every critic-free variant trains, weights sync with versions,
-micro-batching changes nothing, bf16 checkpoints, Tune sweeps. That every variant and estimator
-learns is tests/project/test_learning.py's."""
+"""RLVR on RLlib end to end: every critic-free variant trains and takes vanilla's update at one
+optimizer step, weights sync with versions, micro-batching changes nothing, bf16 checkpoints, Tune
+sweeps. That training and every estimator learn is tests/project/test_learning.py's."""
 
 from __future__ import annotations
 
@@ -25,12 +25,24 @@ def learner_weights(algo) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in module.model.state_dict().items()}
 
 
+# The KL loss on: the reference model's path is exercised too. 4 groups of 4 give some groups
+# with mixed verdicts, hence nonzero advantages (asserted below).
+EVERY_VARIANT = dict(use_kl_loss=True, rollout_batch_size=4, num_return_sequences_in_group=4,
+                     response_length=4)
+
+
+@pytest.fixture(scope="module")
+def vanilla_weights_after_one_iteration(ray_session) -> dict[str, torch.Tensor]:
+    algo = embedded_config("vanilla", **EVERY_VARIANT).build_algo()
+    algo.train()
+    weights = learner_weights(algo)
+    algo.stop()
+    return weights
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_every_critic_free_variant_trains(variant):
-    # The KL loss on: the reference model's path is exercised too. 4 groups of 4 give some
-    # groups with mixed verdicts, hence nonzero advantages (asserted below).
-    algo = embedded_config(variant, use_kl_loss=True, rollout_batch_size=4,
-                           num_return_sequences_in_group=4, response_length=4).build_algo()
+def test_every_critic_free_variant_trains(variant, vanilla_weights_after_one_iteration):
+    algo = embedded_config(variant, **EVERY_VARIANT).build_algo()
     before = learner_weights(algo)
     result = algo.train()
     after = learner_weights(algo)
@@ -48,6 +60,12 @@ def test_every_critic_free_variant_trains(variant):
     assert torch.equal(runner.module.model.state_dict()["lm_head.weight"],
                        after["lm_head.weight"])
     algo.stop()
+    # One optimizer step per iteration: the ratio is 1 up to rounding, and the update is the one
+    # vanilla takes from the same batch (tests/core/test_core_properties.py, "ratio one"), so
+    # tests/project/test_learning.py's vanilla run speaks for every variant. A wrong sign would
+    # miss vanilla's weights by ~2 learning rates (4e-5) on every moved weight.
+    for k, v in vanilla_weights_after_one_iteration.items():
+        torch.testing.assert_close(after[k], v, atol=1e-6, rtol=0, msg=k)
 
 
 def test_episodes_record_the_weight_version_that_sampled_them():

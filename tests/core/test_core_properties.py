@@ -1,6 +1,6 @@
 """Hypothesis properties of rllib_llm.core: masked tokens change nothing, micro-batching changes
 nothing, vectorised GAE equals a plain loop, group baselines are centred, stop-gradients show in
-the gradient, and bf16 inputs give float32 results close to float32 inputs."""
+the gradient, every variant takes REINFORCE's gradient at ratio 1, and bf16 inputs give float32 results close to float32 inputs."""
 
 from __future__ import annotations
 
@@ -161,6 +161,48 @@ def test_stop_gradient_shows_in_the_gradient(variant, batch):
     n = batch.mask.sum().clamp(min=1)
     expected = -_stop_gradient_weight(variant, batch) * batch.advantages * batch.mask / n
     torch.testing.assert_close(grad, expected, atol=1e-12, rtol=1e-10)
+
+
+def _at_ratio_one(batch: Batch) -> Batch:
+    """`batch` as one optimizer step per iteration sees it: old_logp = logp up to float32
+    rounding (sampler and learner agree to ~1e-6), one advantage per response (GRPO's)."""
+    g = torch.Generator().manual_seed(0)
+    rounding = 1e-6 * (2 * torch.rand(batch.logp.shape, generator=g, dtype=F64) - 1)
+    advantages = batch.advantages[:, :1].expand_as(batch.logp)
+    return Batch(batch.logp, batch.logp + rounding, advantages, batch.mask, batch.scores)
+
+
+@pytest.mark.parametrize("variant", core.PG_VARIANTS)
+@FAST
+@given(batch=batches())
+def test_at_ratio_one_every_variant_takes_vanillas_gradient(variant, batch):
+    """With one optimizer step per iteration the ratio is 1 up to rounding, and every built-in
+    variant at its defaults then has REINFORCE's gradient −A·mask in every aggregation (GSPO's
+    d s/d logp = s/|y| summed over the response's |y| tokens gives the same). So a learning run of
+    one variant is a learning run of each (tests/project/test_learning.py trains vanilla only),
+    and a variant with a wrong sign or a lost term fails here. Away from ratio 1 they differ."""
+    at_one = _at_ratio_one(batch)
+    for mode in core.AGG_MODES:
+        _, _, grad = loss_and_grad(variant, {}, at_one, mode)
+        _, _, vanilla = loss_and_grad("vanilla", {}, at_one, mode)
+        torch.testing.assert_close(grad, vanilla, atol=1e-7, rtol=1e-5)
+
+
+@pytest.mark.parametrize("variant", sorted(set(core.PG_VARIANTS) - {"vanilla"}))
+def test_away_from_ratio_one_the_variants_gradients_differ_from_vanillas(variant):
+    """The other side of the equality above: it is the ratio's, not a variant that ignores
+    its ratio (log-ratios of ~0.4 move every variant off REINFORCE's gradient)."""
+    g = torch.Generator().manual_seed(1)
+    b, t = 6, 5
+    batch = Batch(logp=-3 * torch.rand(b, t, generator=g, dtype=F64),
+                  old_logp=torch.zeros(b, t, dtype=F64), advantages=torch.zeros(b, t, dtype=F64),
+                  mask=torch.ones(b, t, dtype=F64), scores=torch.tensor([1.0, 0, 1, 0, 0, 1],
+                                                                        dtype=F64))
+    batch.old_logp = batch.logp + 0.4 * torch.randn(b, t, generator=g, dtype=F64)
+    batch.advantages = torch.randn(b, 1, generator=g, dtype=F64).expand(b, t)
+    _, _, grad = loss_and_grad(variant, {}, batch, "token-mean")
+    _, _, vanilla = loss_and_grad("vanilla", {}, batch, "token-mean")
+    assert (grad - vanilla).abs().max() > 1e-3
 
 
 def gae_loop(rewards, values, mask, gamma, lambdas):

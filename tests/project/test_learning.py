@@ -1,6 +1,9 @@
-"""Every policy-gradient variant and advantage estimator raises held-out accuracy on the embedded
+"""Policy-gradient training and every advantage estimator raise held-out accuracy on the embedded
 task within a short budget: a loss with the wrong sign, an estimator that rewards the wrong
 responses or an update that never reaches the sampler fails here, where "weights changed" passes.
+With one optimizer step per iteration every pg_variant takes vanilla's update (the ratio is 1), so
+the vanilla run here stands for all seven: tests/core/test_core_properties.py proves the gradients
+equal at ratio 1 and tests/algorithm/test_rlvr_e2e.py the updates of one iteration through RLVR.
 
 Each test trains the presets (rllib_llm/recipes/embedded.py) for LEARNING_ITERATIONS iterations and asks for
 MIN_GAIN accuracy points on the 500 held-out problems, measured as the mean of EVAL_SAMPLES
@@ -30,7 +33,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_session")]
 # iterations: topr +5.2/+5.2/+10.4/+14.0, kimi15 +5.2/+3.2/+7.9/+12.2, so the budget is 200
 # iterations, where the gain is back near the old 100-iteration figures and MIN_GAIN sits 6 to 8
 # points below the runs measured. With one optimizer step per iteration the pg variants' ratios
-# are 1, so their curves agree; these tests catch a variant or estimator that stops learning.
+# are 1, so their curves agree (benchmarks/RESULTS.md: identical at 50 iterations, apart after
+# only through rounding): the seven runs of one update, 2 to 2.5 minutes each on 2 cores, were one
+# proof seven times, and vanilla's run is kept (see the module docstring for what proves the rest).
 LEARNING_ITERATIONS = 200
 # The critic presets (512 responses per iteration, 10 value-pretraining iterations) keep 100: they
 # met their bars on the new split at 100 (not measured further for want of time).
@@ -39,8 +44,6 @@ MIN_GAIN = 0.06
 EVAL_SAMPLES = 4
 SEED = 1
 
-# Policy-gradient losses on the presets' GRPO advantages (pg_variant="ppo" there is GRPO).
-PG_VARIANTS = ["vanilla", "ppo", "tis", "topr", "cispo", "kimi15", "gspo"]
 # Advantage estimators under PPO's clipped loss (RLVRConfig's default pg_variant).
 ESTIMATORS = {
     "rloo": {"adv_estimator": "rloo"},
@@ -89,27 +92,25 @@ def accuracy_gain(pg_variant: str = "ppo", *, preset: str | None = None,
     return before, after
 
 
-@pytest.mark.parametrize("pg_variant", PG_VARIANTS)
-def test_pg_variant_raises_held_out_accuracy(pg_variant):
-    before, after = accuracy_gain(pg_variant)
+def test_policy_gradient_on_grpo_advantages_raises_held_out_accuracy():
+    """REINFORCE's loss (pg_variant "vanilla") on the presets' GRPO advantages: the update every
+    pg_variant takes at one optimizer step per iteration (module docstring)."""
+    before, after = accuracy_gain("vanilla")
     assert after - before >= MIN_GAIN, (before, after)
 
 
 # REINFORCE (no baseline: every response of a batch pushed by its whitened score) is the noisiest
-# estimator here. Measured at 100 iterations with the token-budgeted learner (whose update equals
-# the unbudgeted one to 1e-6, but Adam turns such differences in near-zero gradients into other
-# steps, and the run follows another path): +5.7 points with seed 1, +12.2 and +11.7 with seeds 2
-# and 3, +12.8 with seed 1 unbudgeted. One draw below MIN_GAIN says too little, so its bar is the
-# mean over two seeds.
-ESTIMATOR_SEEDS = {"reinforce": (SEED, SEED + 1)}
-
-
+# estimator here. At 100 iterations with the token-budgeted learner (whose update equals the
+# unbudgeted one to 1e-6, but Adam turns such differences in near-zero gradients into other
+# steps, and the run follows another path) seed 1 gained only +5.7 points (seeds 2 and 3 +12.2
+# and +11.7), so its bar was the mean over two seeds. At the 200 iterations of these tests, on the
+# split by operand pair: seed 1 +18.6, seed 2 +14.0 (2026-11-27, from 31.65%): the weaker seed is
+# 8 points (5 deviations of the evaluation noise) above MIN_GAIN, so one seed is tested, as for
+# the other estimators.
 @pytest.mark.parametrize("name", sorted(ESTIMATORS))
 def test_advantage_estimator_raises_held_out_accuracy(name):
-    runs = [accuracy_gain("ppo", seed=seed, **ESTIMATORS[name])
-            for seed in ESTIMATOR_SEEDS.get(name, (SEED,))]
-    gain = np.mean([after - before for before, after in runs])
-    assert gain >= MIN_GAIN, runs
+    before, after = accuracy_gain("ppo", **ESTIMATORS[name])
+    assert after - before >= MIN_GAIN, (before, after)
 
 
 def test_asynchronous_topr_raises_held_out_accuracy():
