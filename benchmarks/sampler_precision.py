@@ -1,6 +1,6 @@
 """The sampler in the learner's precision: one on-policy TOPR iteration of SmolLM2-135M-Instruct
-on `dataset="compare"` with the learner under bf16 autocast, the sampler once in float32 (as
-before `autocast_dtype` reached the torch engine) and once under the same autocast.
+on `dataset="compare"` with the learner under bf16 autocast, the sampler once in float32 (the
+default) and once under the same autocast (`sampler_autocast=True`).
 
     make setup-smollm2
     python benchmarks/sampler_precision.py [--prompts 8 --group 8 --tokens 32 --seed 0]
@@ -29,14 +29,11 @@ def one_iteration(model: str, args: argparse.Namespace, *, sampler_autocast: boo
         .training(model_name_or_path=model, pg_variant="topr", adv_estimator="grpo",
                   rollout_batch_size=args.prompts, num_return_sequences_in_group=args.group,
                   prompt_length=96, response_length=args.tokens, lr=2e-5, use_kl_loss=False,
-                  temperature=1.0, autocast_dtype="bfloat16")
+                  temperature=1.0, autocast_dtype="bfloat16", sampler_autocast=sampler_autocast)
         .debugging(seed=args.seed)
     )
     algo = config.build_algo()
     try:
-        engine = algo.env_runner_group.local_env_runner.engine
-        if not sampler_autocast:
-            engine.autocast_dtype = None  # float32 sampling, the learner in bf16
         result = algo.train()
     finally:
         algo.stop()

@@ -143,6 +143,9 @@ class RLVRConfig(AlgorithmConfig):
     of Hugging Face Trainer's default optim 'adamw_torch_fused', which TRL uses) instead of RLlib's
     default torch.optim.Adam: the same update up to float rounding (about one ulp per step), so not
     bit-exact, hence off by default."""
+    sampler_autocast: bool
+    """The torch engines sample under autocast_dtype too, so the behaviour log-probs come from the
+    precision that trains (vLLM samples in model_dtype regardless)."""
     gradient_checkpointing: bool | str
     """Hugging Face's activation (gradient) checkpointing on the learner's policy and critic: each
     layer's activations are recomputed in the backward pass instead of kept (less memory per token,
@@ -412,6 +415,7 @@ class RLVRConfig(AlgorithmConfig):
         micro_batch_size: int | None = ...,
         autocast_dtype: str | None = ...,
         fused_optimizer: bool = ...,
+        sampler_autocast: bool = ...,
         gradient_checkpointing: bool | str = ...,
         pg_variant: str = ...,
         loss_agg_mode: str = ...,

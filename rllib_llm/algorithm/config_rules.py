@@ -170,8 +170,12 @@ def check_combinations(cfg) -> None:
 
 
 def check_autocast(cfg) -> None:
-    """Mixed precision casts float32 weights; DeepSpeed has its own bf16."""
+    """Mixed precision casts float32 weights; DeepSpeed has its own bf16; the sampler's follows
+    the learners'."""
     if cfg.autocast_dtype is None:
+        refuse_changed(cfg, ("sampler_autocast",),
+                       "samples under autocast_dtype, but autocast_dtype=None: there is no "
+                       "autocast to sample under. Set autocast_dtype='bfloat16', or leave it off.")
         return
     if cfg.model_dtype != "float32":
         raise ValueError(

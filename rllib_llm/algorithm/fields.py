@@ -421,12 +421,10 @@ FIELDS: tuple[Field, ...] = (
           "scoring) run under torch.autocast in this dtype while the weights, gradients and "
           "Adam's state stay float32 (Hugging Face Trainer's and TRL's bf16=True). "
           "'bfloat16' or None (off). About 1.8x faster forward and backward on a CPU with "
-          "AVX512-BF16 (benchmarks/RESULTS.md, \"Faster than TRL\"). The torch engines sample "
-          "under the same autocast, so the behaviour log-probs come from the precision that "
-          "trains: on the embedded task that takes one on-policy TOPR step's clipfrac from 0.17 "
-          "to 0, on SmolLM2-135M only from 0.37 to 0.33 (its cached decode and the learner's "
-          "full forward still round differently in bf16; recompute_old_logp=True trains on the "
-          "learner's own log-probs, benchmarks/RESULTS.md). vLLM samples in model_dtype. Needs "
+          "AVX512-BF16 (benchmarks/RESULTS.md, \"Faster than TRL\"). Env runners sample in "
+          "model_dtype unless sampler_autocast=True, so an on-policy step's ratio then differs "
+          "from 1 (one TOPR step's clipfrac 0.17 on the embedded task, 0.37 on SmolLM2-135M; "
+          "recompute_old_logp=True trains on the learner's own log-probs). Needs "
           "model_dtype='float32' and a torch learner (DeepSpeed: set "
           "model_dtype='bfloat16', DeepSpeed's own bf16 with float32 master weights).",
           optional(one_of(("bfloat16",))), "optimisation", annotation='str | None'),
@@ -439,6 +437,15 @@ FIELDS: tuple[Field, ...] = (
           "an update at 8 x 8 x 32 tokens "
           "(benchmarks/RESULTS.md, \"Faster than TRL\"). Applies to every optimizer of the "
           "learner (the critic's too), DeepSpeed's included.", boolean, "optimisation"),
+    Field("sampler_autocast", False,
+          "The torch engines sample under autocast_dtype too, so the behaviour log-probs come "
+          "from the precision that trains (vLLM samples in model_dtype regardless). On the "
+          "embedded task it takes one on-policy TOPR step's clipfrac from 0.17 to 0 (the ratio "
+          "is exactly 1); on SmolLM2-135M only from 0.37 to 0.33, as its cached decode and the "
+          "learner's full forward still round differently in bf16 (benchmarks/RESULTS.md, \"The "
+          "sampler in the learner's precision\"). Off by default: it changes every bf16 run's "
+          "samples, and the calibrated SmolLM2 example's 10-iteration reward rise fell from "
+          "+0.18 to +0.01 with it on seed 0. Needs autocast_dtype.", boolean, "optimisation"),
     Field("gradient_checkpointing", AUTO,
           "Hugging Face's activation (gradient) checkpointing on the learner's policy and critic: "
           "each layer's activations are recomputed in the backward pass instead of kept (less "

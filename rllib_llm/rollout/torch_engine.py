@@ -93,10 +93,10 @@ class TorchRolloutEngine:
         self.pad_token_id = int(pad_token_id)
         self.max_batch_size = max_batch_size
         self.max_tokens_per_batch = max_tokens_per_batch
-        # The learner's mixed precision: the behaviour log-probs then come from the precision
-        # that trains (float32 sampling against bf16 training clipped 17% of an on-policy step's
-        # tokens on the embedded task, none under the same autocast; on SmolLM2-135M the cached
-        # decode still rounds apart from the full forward: 37% -> 33%).
+        # The learners' mixed precision (sampler_autocast): the behaviour log-probs then come
+        # from the precision that trains (float32 sampling against bf16 training clipped 17% of
+        # an on-policy step's tokens on the embedded task, none under the same autocast; on
+        # SmolLM2-135M the cached decode still rounds apart from the full forward: 37% -> 33%).
         self.autocast_dtype = autocast_dtype
         self._eos = torch.tensor(eos_ids, device=self.device)
         self._weight_version = 0

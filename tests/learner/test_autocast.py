@@ -91,6 +91,7 @@ def test_an_iteration_in_mixed_precision_keeps_float32_weights_and_adam_state():
                 lambda _m, _i, out: trained.append(out.dtype) if out.requires_grad else None)
     result = algo.train()["learners"]["default_policy"]
     assert trained and set(trained) == {torch.bfloat16}
+    assert algo.env_runner_group.local_env_runner.engine.autocast_dtype is None  # by default
     assert result["num_optimizer_steps"] == 1 and result["grad_norm"] > 0
     (optim,) = dict(learner.get_optimizers_for_module("default_policy")).values()
     for p in learner.module["default_policy"].model.parameters():
@@ -99,12 +100,13 @@ def test_an_iteration_in_mixed_precision_keeps_float32_weights_and_adam_state():
     algo.stop()
 
 
-def test_the_sampler_samples_under_the_learners_autocast():
+def test_sampler_autocast_samples_under_the_learners_autocast():
     """An on-policy step divides the learner's log-probs by the sampler's. Sampled in float32
     against bf16 training, one TOPR step clipped 17% of the embedded task's tokens (ratios 0.82
     to 1.09) where float32 throughout clips none; sampled under the learner's autocast, the ratio
     is 1 up to the decode's own rounding (exactly 1 on the development machine)."""
-    algo = embedded_config("topr", seed=0, autocast_dtype="bfloat16").build_algo()
+    algo = embedded_config("topr", seed=0, autocast_dtype="bfloat16",
+                           sampler_autocast=True).build_algo()
     try:
         result = algo.train()["learners"]["default_policy"]
         assert algo.env_runner_group.local_env_runner.engine.autocast_dtype == torch.bfloat16
@@ -116,11 +118,12 @@ def test_the_sampler_samples_under_the_learners_autocast():
 
 @pytest.mark.parametrize("settings, message", [
     ({"model_dtype": "bfloat16"}, "over float32 weights, but model_dtype='bfloat16'"),
+    ({"autocast_dtype": None, "sampler_autocast": True}, "no autocast to sample under"),
     ({"learner_strategy": "deepspeed"}, "not combined with learner_strategy='deepspeed'"),
     ({}, None),
 ])
 def test_autocast_needs_float32_weights_and_a_torch_learner(settings, message):
-    config = RLVRConfig().training(autocast_dtype="bfloat16", **settings).learners(
+    config = RLVRConfig().training(**{"autocast_dtype": "bfloat16", **settings}).learners(
         num_learners=1 if settings.get("learner_strategy") else 0)
     if message is None:
         config.validate()
