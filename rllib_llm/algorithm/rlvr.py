@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 import ray
+from ray.exceptions import RayError
 from ray.rllib.algorithms.algorithm import Algorithm
 from ray.rllib.callbacks.utils import make_callback
 from ray.rllib.core import DEFAULT_MODULE_ID
@@ -38,6 +39,7 @@ from rllib_llm.algorithm.held_out_evaluation import (
     evaluation_metrics,
     shard_seed,
 )
+from rllib_llm.algorithm.learner_faults import dead_learners, learners_died
 from rllib_llm.algorithm.placement_checks import samples_with_learner_model, shares_learner_model
 from rllib_llm.algorithm.reward_workers import (
     REWARD_MODEL_RESULTS,
@@ -143,22 +145,31 @@ class RLVR(Algorithm):
 
     def update_learners(self, episodes: list) -> list[dict[str, Any]]:
         """One update of every learner on `episodes` (what `train()` does between sampling and
-        the weight sync, without either): their results, as `LearnerGroup.update` gives them."""
+        the weight sync, without either): their results, as `LearnerGroup.update` gives them.
+        A remote learner that dies stops it with one line naming it (algorithm/learner_faults.py).
+        """
         n = self.config.num_learners
         # With several learners, the whole batch for each (one object in the object store, a
         # ref per learner; learner/data_parallel.py says why): RLlib's episode sharding would
         # cut it into equal numbers of tokens, splitting prompt groups.
         data = {"episodes": episodes} if n <= 1 else {"episodes_refs": [ray.put(episodes)] * n}
-        return self.learner_group.update(
-            **data,
-            timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
-                (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)},
-            # The whole batch in one call: RLVRLearner runs the ppo_epochs x mini-batch
-            # optimizer steps itself, counting responses and keeping prompt groups whole
-            # (RLlib's iterator counts env steps, which are tokens here).
-            num_epochs=1,
-            minibatch_size=None,
-        )
+        try:
+            return self.learner_group.update(
+                **data,
+                timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
+                    (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0)},
+                # The whole batch in one call: RLVRLearner runs the ppo_epochs x mini-batch
+                # optimizer steps itself, counting responses and keeping prompt groups whole
+                # (RLlib's iterator counts env steps, which are tokens here).
+                num_epochs=1,
+                minibatch_size=None,
+            )
+        except RayError:
+            dead = dead_learners(self.learner_group) if self.learner_group.is_remote else []
+            if not dead:
+                raise  # an error in the update itself
+            # RLlib logged each learner's error; a survivor's collective error is only noise.
+            raise learners_died(dead, n) from None
 
     def _learner_version(self) -> int:
         """The version of the learner's weights: RLlib's weights sequence number, one per

@@ -1,17 +1,27 @@
 """The faults a user's run meets, each with what happens: a remote env runner killed between two
 iterations makes the next ones wait for RLlib to restart it (or sample with the runners alive),
 never fail while it can come back, and stop with one line naming it when it cannot; a bad data
-file fails the build with its own message, in the driver, before any remote runner starts."""
+file fails the build with its own message, in the driver, before any remote runner starts; a
+learner killed in a data-parallel run stops training with one line naming it, its last checkpoint
+intact."""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
 import time
+from types import SimpleNamespace
 
 import pytest
 import ray
+import torch
+from ray.exceptions import ActorDiedError
+from ray.rllib.algorithms.algorithm import Algorithm
+from ray.rllib.core import DEFAULT_MODULE_ID
 
+from rllib_llm.algorithm.learner_faults import dead_learners, learners_died
 from rllib_llm.algorithm.sync_sampling import sample_remote, share_out
 from rllib_llm.recipes.embedded import embedded_config
 
@@ -143,3 +153,63 @@ def test_a_bad_data_file_fails_the_build_with_its_own_message_before_a_remote_ru
     with pytest.raises(ValueError, match=r"^answer_key='answer' is not a field of "
                                          r".*problems.jsonl \(.*problems.jsonl:11\)"):
         config.build_algo()
+
+
+# --- a killed learner ----------------------------------------------------------------------------
+class Learners:
+    """LearnerGroup.foreach_learner's answers after an update that learner 1 died in: learner 0
+    answers, learner 2 failed in its collective (a learner's own error), learner 1 is gone."""
+
+    def foreach_learner(self, fn, *, healthy_only, timeout_seconds):
+        assert not healthy_only  # RLlib has marked every learner that failed unhealthy
+        answers = {0: None, 1: ActorDiedError(), 2: RuntimeError("Connection closed by peer")}
+        return [SimpleNamespace(actor_id=i, get=lambda a=a: a) for i, a in answers.items()]
+
+
+def test_only_the_learners_whose_actor_died_are_named():
+    assert dead_learners(Learners()) == [1]
+    assert str(learners_died([0, 2], 4)).startswith(
+        "learners 0, 2 of 4 (numbered from 0) died during the update (Ray logged why); RLlib "
+        "restarts no learner, and a data-parallel group cannot go on without one: resume")
+    assert "RLlib restarts no learner: resume" in str(learners_died([0], 1))
+
+
+def weights(algo) -> dict:
+    return {k: torch.as_tensor(v).clone()
+            for k, v in algo.learner_group.get_weights()[DEFAULT_MODULE_ID].items()}
+
+
+@pytestmark_ray
+@pytest.mark.slow  # ~40 s on 2 shared cores: two builds of a 2-learner DDP run
+def test_a_learner_killed_in_a_data_parallel_run_stops_training_with_one_line_naming_it(
+        tmp_path):
+    """Learner 1 of a 2-learner DDP run killed between two iterations: the next train() stops
+    with one line naming it (not the survivor's gloo error, which Ray raises first), and the
+    checkpoint saved before restores with the weights trained."""
+    algo = embedded_config("topr", **TINY).learners(num_learners=2).build_algo()
+    try:
+        initial = weights(algo)
+        algo.train()
+        algo.save_to_path(tmp_path)
+        trained = weights(algo)
+        assert any(not torch.equal(trained[k], initial[k]) for k in trained)  # it trained
+        pids = {r.actor_id: r.get() for r in
+                algo.learner_group.foreach_learner(lambda learner: os.getpid())}
+        os.kill(pids[1], signal.SIGKILL)
+        start = time.monotonic()
+        with pytest.raises(RuntimeError) as error:
+            algo.train()
+        assert time.monotonic() - start < 30
+    finally:
+        algo.stop()
+    message = str(error.value)
+    assert "\n" not in message, message
+    assert message.startswith("learner 1 of 2 (numbered from 0) died during the update"), message
+    assert message.endswith("resume from the last checkpoint (rllib-llm train --resume RUN_DIR, "
+                             "or Algorithm.restore)."), message
+    resumed = Algorithm.from_checkpoint(tmp_path)
+    try:
+        for name, value in weights(resumed).items():
+            assert torch.equal(value, trained[name]), name
+    finally:
+        resumed.stop()
