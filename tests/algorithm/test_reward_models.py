@@ -149,12 +149,18 @@ def test_a_reward_worker_killed_mid_batch_is_restarted_and_the_batch_scored(clas
     config.validate()
     workers = RewardWorkers(config, load_tokenizer("embedded"))
     try:
-        # A batch that takes about 2 s on this machine now (a forward pass took 2.5 ms on idle
-        # cores, 200 ms on loaded ones), killed a quarter of the way in.
+        # A batch measured to take >= 1 s on this machine now (a forward pass took 2.5 ms on
+        # idle cores, 200 ms on loaded ones), then twice that, killed a quarter of the way in:
+        # one timing of a small batch misjudged it when the load changed.
         want = workers.score(PROMPTS, RESPONSES)  # (warm)
-        start = time.perf_counter()
-        workers.score(PROMPTS, RESPONSES)
-        repeats = max(1, math.ceil(2.0 / (time.perf_counter() - start)))
+        repeats = 1
+        while True:
+            start = time.perf_counter()
+            workers.score(PROMPTS * repeats, RESPONSES * repeats)
+            if time.perf_counter() - start >= 1.0:
+                break
+            repeats *= 2
+        repeats *= 2
         prompts, responses, want = PROMPTS * repeats, RESPONSES * repeats, want * repeats
         pid = ray.get(workers.workers[0].__ray_call__.remote(lambda worker: os.getpid()))
         with ThreadPoolExecutor(1) as pool:

@@ -169,7 +169,8 @@ def test_the_roll_topr_file_trains_the_embedded_default_and_says_what_it_mapped(
 def test_a_run_that_fails_before_its_first_iteration_suggests_nothing_to_go_on_with(tmp_path):
     """A run with nothing to plot, export or evaluate ended with "next: rllib-llm plot | export
     | eval" all the same. Here the env cannot be built: every prompt is longer than the embedded
-    model's context (and the error says so, not to raise prompt_length past it)."""
+    model's context (and the error says so, not to raise prompt_length past it). The data is
+    checked before Ray starts, so the run ends there: one line, exit 2, no trial."""
     problems = tmp_path / "long.jsonl"
     problems.write_text("".join(json.dumps({"prompt": "1" * 200 + f"+{i}=", "answer": "0"}) +
                                 "\n" for i in range(4)))
@@ -178,10 +179,10 @@ def test_a_run_that_fails_before_its_first_iteration_suggests_nothing_to_go_on_w
                                         "test_size: 8}}", f"{{dataset: {problems}}}"))
     run = subprocess.run([*CLI, "train", str(config), "--run-dir", str(tmp_path / "r")],
                          capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=300)
-    assert run.returncode == 1, (run.stdout + run.stderr)[-4000:]
-    assert "this model cannot take these prompts" in run.stdout
-    assert run.stdout.rstrip().splitlines()[-1] == "failed after 0 iterations"
-    assert "next:" not in run.stdout
+    assert run.returncode == 2, (run.stdout + run.stderr)[-4000:]
+    error = [line for line in (run.stdout + run.stderr).splitlines() if "error:" in line]
+    assert len(error) == 1 and "this model cannot take these prompts" in error[0]
+    assert "next:" not in run.stdout and "Traceback" not in run.stdout + run.stderr
 
 
 def test_a_dry_run_prints_the_settings_and_writes_nothing(tmp_path):

@@ -62,19 +62,22 @@ def test_send_before_join_is_an_error():
         sender.send(state_dict(), version=1)
 
 
-def _receive(address: dict, rank: int, rounds: int, queue) -> None:
+def _receive(address: dict, rank: int, rounds: int, queue, read) -> None:
     receiver = wb.Receiver(rank=rank, device="cpu", **address)
     for _ in range(rounds):
         version, tensors = receiver.receive()
         queue.put((rank, version, {name: t.clone() for name, t in tensors}))
+    # The tensors travel as shared memory handed over through this process's socket: it must
+    # live until the parent has read them (else "No such file or directory" in the parent).
+    read.wait(60)
 
 
 def test_gloo_broadcast_reaches_every_receiver_exactly_with_its_version():
     weights = state_dict()
     sender = wb.Sender("gloo", weights, world_size=3, timeout_s=60, bucket_bytes=64)
     ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=_receive, args=(sender.address(), rank, 2, queue))
+    queue, read = ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=_receive, args=(sender.address(), rank, 2, queue, read))
              for rank in (1, 2)]
     for p in procs:
         p.start()
@@ -83,6 +86,7 @@ def test_gloo_broadcast_reaches_every_receiver_exactly_with_its_version():
     updated = {k: v + 1 for k, v in weights.items()}
     sender.send(updated, version=8)
     got = [queue.get(timeout=60) for _ in range(4)]
+    read.set()
     for p in procs:
         p.join(timeout=60)
         assert p.exitcode == 0
