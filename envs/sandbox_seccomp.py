@@ -143,14 +143,8 @@ def program(guard: tuple[int, int] | None = None) -> bytes | None:
     an unknown architecture."""
     if not supported():
         return None
-    arch, column = _ARCHES[platform.machine()]
-
-    def numbers(names) -> list[int]:
-        return [n for name in names if (n := _NUMBERS[name][column]) is not None]
-
-    def nr(name: str) -> int:
-        return _NUMBERS[name][column]
-
+    arch = _ARCHES[platform.machine()][0]
+    nr = number  # every name below but the refused ones exists on both architectures
     code: list = []  # (op, jt, jf, k), (op, k, label), "label", "label:NAME": see _assemble
     load = [(_LD_W_ABS, 0, 0, offset) for offset in (_NR, _ARCH, _ARG0, _ARG1, _ARG2)]
     ld_nr, ld_arch, ld_arg0, ld_arg1, ld_arg2 = load
@@ -158,7 +152,7 @@ def program(guard: tuple[int, int] | None = None) -> bytes | None:
     code += [(_JGE, _X32_BIT, "deny"), (_JGE, FIRST_UNKNOWN, "enosys"),
              (_JEQ, nr("clone3"), "enosys")]
     refused = [*DOCKER_REFUSED, *BEYOND_DOCKER, *(_GUARD_REFUSED if guard else ())]
-    code += [(_JEQ, n, "deny") for n in numbers(refused)]
+    code += [(_JEQ, n, "deny") for n in map(number, refused) if n is not None]
     for name in ("personality", "clone", "socket", "ioctl"):
         code.append((_JEQ, nr(name), f"check_{name}"))
     if guard:
