@@ -8,6 +8,7 @@ build time, where it computes (`announce`), and in every iteration's metrics (`I
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import torch
@@ -38,6 +39,14 @@ def module_device(module: torch.nn.Module) -> torch.device:
 
 def is_gpu(device: torch.device) -> float:
     return float(torch.device(device).type == "cuda")
+
+
+def mixed_precision(dtype: torch.dtype | None, device: torch.device):
+    """torch.autocast to `dtype` on `device`'s type (a no-op for None): the learners' passes and,
+    with sampler_autocast, the torch engine's decode."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(device).type, dtype=dtype)
 
 
 def device_default(value, device: torch.device, *, gpu, cpu):

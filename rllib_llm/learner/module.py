@@ -12,7 +12,6 @@ one forward per token. Token t of the response is predicted by the logits at pos
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import torch
@@ -27,7 +26,7 @@ from rllib_llm.exchange.columns import (
     RESPONSE_IDS,
     VALUES,
 )
-from rllib_llm.exchange.devices import module_device
+from rllib_llm.exchange.devices import mixed_precision, module_device
 from rllib_llm.exchange.memory_budgets import (
     AUTO,
     CPU_MICRO_BATCH_TOKENS,
@@ -231,10 +230,7 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
     def _autocast(self):
         """torch.autocast to `autocast_dtype` on the policy's device (a no-op without it): the
         float32 weights are cast per op, and backward follows the recorded casts."""
-        if self.autocast_dtype is None:
-            return contextlib.nullcontext()
-        device = next(self.model.parameters()).device.type
-        return torch.autocast(device_type=device, dtype=self.autocast_dtype)
+        return mixed_precision(self.autocast_dtype, module_device(self.model))
 
     def _policy_and_values(self, batch: dict[str, Any]) -> dict[str, Any]:
         out = {}

@@ -264,7 +264,7 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         if sized:
             announce(f"{who}'s torch engine", self._device, sized)
         # The learners' mixed precision, where the sampler is to sample under it too.
-        autocast = self.config.autocast_dtype if self.config.sampler_autocast else None
+        autocast = cfg.autocast_dtype if cfg.sampler_autocast else None
         return TorchRolloutEngine(
             self.module.model, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
             device=self._device, max_tokens_per_batch=budget,

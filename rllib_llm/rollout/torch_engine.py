@@ -21,7 +21,6 @@ time for 32 rows x 64 tokens). `max_tokens_per_batch` bounds the allocation.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from collections.abc import Sequence
 
@@ -29,7 +28,7 @@ import torch
 from transformers import DynamicCache, PreTrainedConfig, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
-from rllib_llm.exchange.devices import module_device
+from rllib_llm.exchange.devices import mixed_precision, module_device
 from rllib_llm.rollout.engine import Response, SamplingParams, check_generate_args, stop_end
 
 
@@ -135,9 +134,7 @@ class TorchRolloutEngine:
 
     def _autocast(self):
         """torch.autocast to `autocast_dtype` on the engine's device; a no-op without it."""
-        if self.autocast_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
+        return mixed_precision(self.autocast_dtype, self.device)
 
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         """Copy `state_dict` (all or some of the model's tensors) into the model, in place."""
