@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
-from rllib_llm.algorithm.sync_sampling import healthy_runner_ids
+from rllib_llm.algorithm.sync_sampling import MAX_SAMPLE_ATTEMPTS, healthy_runner_ids
 from rllib_llm.exchange.columns import GROUP_ID, WEIGHT_VERSION
 
 # Metric names, under ASYNC_RESULTS in the results.
@@ -52,8 +52,8 @@ LEARNER_WAIT_S = "learner_wait_s"  # the learner's idle time: waiting for this b
 
 # A part that fails this many times in a row (its runner dies, or sample() raises), or a batch
 # still too stale after this many rounds of sampling again, stops training: the cause is not a
-# passing one. RLlib logs each failure's error.
-MAX_PART_ATTEMPTS = 3
+# passing one. RLlib logs each failure's error. (The bound synchronous sampling keeps too.)
+MAX_PART_ATTEMPTS = MAX_SAMPLE_ATTEMPTS
 
 
 def episode_version(episode: SingleAgentEpisode) -> int:
