@@ -13,7 +13,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from rllib_llm.exchange.memory_budgets import AUTO, CPU_GENERATE_TOKENS, CPU_MICRO_BATCH_TOKENS
+from rllib_llm.exchange.memory_budgets import (
+    AUTO,
+    CPU_GENERATE_TOKENS,
+    CPU_MICRO_BATCH_TOKENS,
+    GPU_MICRO_BATCH_TOKENS,
+)
 
 # A rule returns None when the value is fine, else the rule in words ("must be > 0").
 Rule = Callable[[Any], "str | None"]
@@ -253,6 +258,17 @@ FIELDS: tuple[Field, ...] = (
           "vLLM bounds its own KV cache (vllm_gpu_memory_utilization, "
           "vllm_kv_cache_memory_bytes): with rollout_engine='vllm' this is rejected.",
           token_budget, "engine", annotation='int | str | None'),
+    Field("torch_engine_cuda_graphs", AUTO,
+          "The torch engine replays each decode step from a CUDA graph captured once per decode "
+          "batch, instead of launching its kernels one by one from Python (the gap vLLM and "
+          "SGLang close the same way: a step of the 403M shape at 256 rows took 19-34 ms eager, "
+          "where its memory traffic needs about 1.5 ms). The step then attends over the whole "
+          "preallocated KV cache with a mask, so it matches the eager step's tokens and "
+          "log-probs up to the attention's float rounding (rollout/decode_graphs.py). 'auto' = "
+          "on where the engine computes on a GPU and its model can (sdpa or eager attention, "
+          "full attention in every layer), else off; True refuses a CPU or such a model. vLLM "
+          "has its own (vllm_enforce_eager): with rollout_engine='vllm' this is rejected.",
+          boolean_or_auto, "engine", annotation='bool | str'),
     Field("vllm_gpu_memory_utilization", 0.5,
           "vLLM: share of GPU memory for weights and KV cache (vLLM's gpu_memory_utilization); "
           "leave room for the learner when both share a GPU. On CPUs the KV cache is sized by "
@@ -407,7 +423,8 @@ FIELDS: tuple[Field, ...] = (
           f"{DEFAULT_MICRO_BATCH_TOKENS:,} on a CPU; on a GPU what fits the learner's "
           "device_memory_share of the GPU's free memory beside its weights, their gradients and "
           "Adam's moments, at the activations per token of its model: float32 logits (vocab x 4 "
-          "bytes, three copies) plus each layer's, fewer with gradient_checkpointing (sized when "
+          "bytes, three copies) plus each layer's, fewer with gradient_checkpointing, and at most "
+          f"{GPU_MICRO_BATCH_TOKENS:,} (a larger pass is no faster per token; sized when "
           "the learner is built, printed with its device; rllib_llm/exchange/memory_budgets.py). "
           "None = no token bound.",
           token_budget, "optimisation", annotation='int | str | None'),

@@ -38,3 +38,17 @@ def check_placement(cfg) -> None:
             "(vllm_gpu_memory_utilization, vllm_kv_cache_memory_bytes) and would ignore it. "
             "Leave it at its default with rollout_engine='vllm'."
         )
+    sampler_gpus = (cfg.num_gpus_per_learner if samples_with_learner_model(cfg)
+                    else cfg.num_gpus_per_env_runner)
+    if cfg.torch_engine_cuda_graphs is True and not sampler_gpus:
+        raise ValueError(
+            "RLVRConfig.torch_engine_cuda_graphs=True needs a sampler on a GPU, and this one "
+            "has none (num_gpus_per_env_runner=0, or in one process num_gpus_per_learner=0). "
+            "Leave it at 'auto' (on wherever the engine computes on a GPU) or set False."
+        )
+    if cfg.rollout_engine == "vllm" and changed_fields(cfg, ("torch_engine_cuda_graphs",)):
+        raise ValueError(
+            f"RLVRConfig.torch_engine_cuda_graphs={cfg.torch_engine_cuda_graphs} is the torch "
+            "engine's; vLLM captures its own CUDA graphs (vllm_enforce_eager) and would ignore "
+            "it. Leave it at its default with rollout_engine='vllm'."
+        )

@@ -41,12 +41,13 @@ def is_gpu(device: torch.device) -> float:
     return float(torch.device(device).type == "cuda")
 
 
-def mixed_precision(dtype: torch.dtype | None, device: torch.device):
+def mixed_precision(dtype: torch.dtype | None, device: torch.device, *, cache: bool = True):
     """torch.autocast to `dtype` on `device`'s type (a no-op for None): the learners' passes and,
-    with sampler_autocast, the torch engine's decode."""
+    with sampler_autocast, the torch engine's decode. `cache=False` recasts the weights at every
+    use instead of keeping their casts for the context (what a CUDA-graph capture needs)."""
     if dtype is None:
         return contextlib.nullcontext()
-    return torch.autocast(device_type=torch.device(device).type, dtype=dtype)
+    return torch.autocast(device_type=torch.device(device).type, dtype=dtype, cache_enabled=cache)
 
 
 def device_default(value, device: torch.device, *, gpu, cpu):

@@ -45,6 +45,7 @@ from rllib_llm.exchange.devices import (
 from rllib_llm.exchange.memory_budgets import AUTO, generate_budget
 from rllib_llm.exchange.threads import set_torch_threads
 from rllib_llm.models import DTYPES
+from rllib_llm.rollout.decode_graphs import cuda_graph_decode
 from rllib_llm.rollout.engine import SamplingParams
 from rllib_llm.rollout.held_out_sampling import (
     EvalShard,
@@ -261,14 +262,17 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         # Sized for the device the engine computes on, now that the model is there.
         budget, sized = generate_budget(cfg.max_tokens_per_generate_batch, self._device,
                                         self.module.model, cfg.device_memory_share)
-        if sized:
-            announce(f"{who}'s torch engine", self._device, sized)
+        graphs = cuda_graph_decode(cfg.torch_engine_cuda_graphs, self._device, self.module.model)
+        if sized or graphs.note:
+            announce(f"{who}'s torch engine", self._device,
+                     ", ".join(note for note in (sized, graphs.note) if note))
         # The learners' mixed precision, where the sampler is to sample under it too.
         autocast = cfg.autocast_dtype if cfg.sampler_autocast else None
         return TorchRolloutEngine(
             self.module.model, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
             device=self._device, max_tokens_per_batch=budget,
             autocast_dtype=None if autocast is None else DTYPES[autocast],
+            decode_step="cuda_graph" if graphs.on else "eager",
         )
 
     def _sampling(self) -> SamplingParams:

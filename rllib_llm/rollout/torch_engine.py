@@ -29,7 +29,15 @@ from transformers import DynamicCache, PreTrainedConfig, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
 from rllib_llm.exchange.devices import mixed_precision, module_device
+from rllib_llm.rollout.decode_graphs import StaticDecode
 from rllib_llm.rollout.engine import Response, SamplingParams, check_generate_args, stop_end
+
+
+# How the engine runs a decode step after the prefill: "eager" attends over the cache columns
+# written so far, issuing each kernel from Python; "static" runs the step at fixed shapes (all
+# columns, a mask; rollout/decode_graphs.py); "cuda_graph" replays that fixed-shape step from a
+# CUDA graph captured once per decode batch.
+DECODE_STEPS = ("eager", "static", "cuda_graph")
 
 
 class TorchRolloutEngine:
@@ -71,6 +79,7 @@ class TorchRolloutEngine:
         max_batch_size: int | None = None,
         max_tokens_per_batch: int | None = None,
         autocast_dtype: torch.dtype | None = None,
+        decode_step: str = "eager",
     ) -> None:
         eos_ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
         if not eos_ids:
@@ -82,6 +91,8 @@ class TorchRolloutEngine:
                 f"max_tokens_per_batch={max_tokens_per_batch} must be None or >= 1 (tokens of a "
                 "decode batch: rows x (padded prompt length + max_tokens))"
             )
+        if decode_step not in DECODE_STEPS:
+            raise ValueError(f"decode_step={decode_step!r} must be one of {DECODE_STEPS}")
         if device is None:
             self.device = module_device(model)
             self.model = model
@@ -97,6 +108,10 @@ class TorchRolloutEngine:
         # an on-policy step's tokens on the embedded task, none under the same autocast; on
         # SmolLM2-135M the cached decode still rounds apart from the full forward: 37% -> 33%).
         self.autocast_dtype = autocast_dtype
+        if decode_step == "cuda_graph" and self.device.type != "cuda":
+            raise ValueError(f"decode_step='cuda_graph' needs a CUDA device; the engine computes "
+                             f"on {self.device}")
+        self.decode_step = decode_step
         self._eos = torch.tensor(eos_ids, device=self.device)
         self._weight_version = 0
         self._receiver = None  # set by join_weight_broadcast
@@ -133,8 +148,12 @@ class TorchRolloutEngine:
         return [flat[i * n : (i + 1) * n] for i in range(len(prompt_ids))]
 
     def _autocast(self):
-        """torch.autocast to `autocast_dtype` on the engine's device; a no-op without it."""
-        return mixed_precision(self.autocast_dtype, self.device)
+        """torch.autocast to `autocast_dtype` on the engine's device; a no-op without it.
+
+        Without autocast's cache of cast weights under a CUDA graph: a capture must not depend
+        on tensors that live only as long as the autocast context (torch's graph guide)."""
+        return mixed_precision(self.autocast_dtype, self.device,
+                               cache=self.decode_step != "cuda_graph")
 
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         """Copy `state_dict` (all or some of the model's tensors) into the model, in place."""
@@ -209,6 +228,7 @@ class TorchRolloutEngine:
         logps = torch.empty(B, T_max, dtype=torch.float32, device=self.device)
         done = torch.zeros(B, dtype=torch.bool, device=self.device)
         stops = [torch.tensor(seq, device=self.device) for seq in sampling.stop_sequences]
+        step = self._decode_step(cache, attention_mask[:, :L], L + T_max)
         for t in range(T_max):
             tokens[:, t], logps[:, t] = sample_next_token(logits, sampling, generator)
             done |= torch.isin(tokens[:, t], self._eos)
@@ -219,16 +239,29 @@ class TorchRolloutEngine:
                 break
             # Finished rows keep decoding (cheaper than shrinking the cache); their extra tokens
             # are cut off in `_to_responses`.
-            logits = self.model(
-                input_ids=tokens[:, t : t + 1],
-                attention_mask=attention_mask[:, : L + t + 1],  # (B, L + t + 1), a view
-                position_ids=next_pos,
-                past_key_values=cache,
-                use_cache=True,
-            ).logits[:, -1]  # (B, V)
+            if step is None:
+                logits = self.model(
+                    input_ids=tokens[:, t : t + 1],
+                    attention_mask=attention_mask[:, : L + t + 1],  # (B, L + t + 1), a view
+                    position_ids=next_pos,
+                    past_key_values=cache,
+                    use_cache=True,
+                ).logits[:, -1]  # (B, V)
+            else:  # the same step at fixed shapes, writing column L + t
+                logits = step(tokens[:, t], next_pos, L + t)
             next_pos = next_pos + 1
         return _to_responses(tokens[:, : t + 1], logps[:, : t + 1], self.eos_token_ids,
                              sampling.stop_sequences)
+
+
+    def _decode_step(self, cache, prompt_mask: torch.Tensor, max_len: int) -> StaticDecode | None:
+        """The fixed-shape step of `decode_step` 'static' or 'cuda_graph'; None: the eager loop
+        (also for a model or cache the fixed-shape step cannot serve, which 'static' and
+        'cuda_graph' then refuse)."""
+        if self.decode_step == "eager":
+            return None
+        return StaticDecode(self.model, cache, prompt_mask, max_len,
+                            capture=self.decode_step == "cuda_graph")
 
 
 class PreallocatedLayer(DynamicLayer):
@@ -250,6 +283,9 @@ class PreallocatedLayer(DynamicLayer):
         super().__init__()
         self.max_rows, self.max_len = max_rows, max_len
         self.rows = self.length = 0
+        # Set by a fixed-shape decode (rollout/decode_graphs.py): a (1,) tensor naming the column
+        # each update writes; the update then returns all `max_len` columns.
+        self.write_at: torch.Tensor | None = None
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         """Allocate the buffers, with the dtype, device and head shape of the first keys."""
@@ -269,6 +305,12 @@ class PreallocatedLayer(DynamicLayer):
         """
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
+        if self.write_at is not None:  # fixed shapes: no Python-side length, nothing to check
+            keys, values = self.keys.narrow(0, 0, self.rows), self.values.narrow(0, 0, self.rows)
+            # (`copy_` casts; `index_copy_` does not: under autocast keys and values can differ)
+            keys.index_copy_(2, self.write_at, key_states.to(keys.dtype))
+            values.index_copy_(2, self.write_at, value_states.to(values.dtype))
+            return keys, values
         rows, end = key_states.shape[0], self.length + key_states.shape[-2]
         if rows > self.max_rows or end > self.max_len or (self.length and rows != self.rows):
             raise ValueError(

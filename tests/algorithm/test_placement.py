@@ -83,6 +83,41 @@ def test_a_generate_budget_with_vllm_is_refused():
         config.validate()
 
 
+def test_cuda_graphs_without_a_sampler_gpu_or_with_vllm_are_refused():
+    config = RLVRConfig().environment("math_verify").env_runners(
+        num_env_runners=1, torch_engine_cuda_graphs=True)
+    with pytest.raises(ValueError, match="torch_engine_cuda_graphs=True needs a sampler on a GPU"):
+        config.validate()
+    config = RLVRConfig().environment("math_verify").env_runners(
+        rollout_engine="vllm", torch_engine_cuda_graphs=False)
+    with pytest.raises(ValueError, match="vLLM captures its own CUDA graphs"):
+        config.validate()
+
+
+def test_cuda_graphs_auto_is_off_on_a_cpu_and_true_names_what_is_missing():
+    """'auto' takes CUDA graphs where the engine computes on a GPU and the model supports a
+    fixed-shape step; True where one is missing is refused with the reason."""
+    from transformers import LlamaForCausalLM
+
+    from rllib_llm.models.tiny_llama import tiny_llama_config
+    from rllib_llm.rollout.decode_graphs import cuda_graph_decode
+
+    model = LlamaForCausalLM(tiny_llama_config(40, hidden_size=32, num_hidden_layers=2,
+                                               num_attention_heads=4, intermediate_size=64))
+    assert cuda_graph_decode("auto", torch.device("cpu"), model) == (False, "")
+    assert cuda_graph_decode(False, torch.device("cpu"), model) == (False, "")
+    with pytest.raises(ValueError, match="CUDA graphs need a GPU, and this engine computes on cpu"):
+        cuda_graph_decode(True, torch.device("cpu"), model)
+    # On a GPU (the device is only named: nothing is allocated there).
+    assert cuda_graph_decode("auto", torch.device("cuda"), model) == \
+        (True, "torch_engine_cuda_graphs=True (auto)")
+    model.config._attn_implementation = "flash_attention_2"
+    on, note = cuda_graph_decode("auto", torch.device("cuda"), model)
+    assert not on and "flash_attention_2" in note
+    with pytest.raises(ValueError, match="the model has attention implementation"):
+        cuda_graph_decode(True, torch.device("cuda"), model)
+
+
 @pytest.mark.usefixtures("ray_session")
 def test_the_generate_budget_reaches_the_torch_engine_and_splits_its_batches(monkeypatch):
     """max_tokens_per_generate_batch is the engine's max_tokens_per_batch: a budget under one

@@ -51,10 +51,18 @@ def test_per_token_bytes_by_hand_on_the_403m_shape():
 def test_budgets_by_hand_at_80_gib_free():
     shape = shape_403m(trained_bytes=2 * 402_803_712)
     room = 0.45 * 80 * GIB - shape.weight_bytes
-    generate, learn = mb.budgets_for_device(80 * GIB, 0.45, shape, gradient_checkpointing=True)
+    generate, fits = mb.budgets_for_device(80 * GIB, 0.45, shape, gradient_checkpointing=True,
+                                           most_micro_batch_tokens=None)
     assert generate == int(room // shape.generate_bytes_per_token) // 1024 * 1024 == 248_832
     per_token = shape.activation_bytes_per_token(gradient_checkpointing=True)
-    assert learn == int((room - 3 * shape.trained_bytes) // per_token) // 1024 * 1024 == 342_016
+    assert fits == int((room - 3 * shape.trained_bytes) // per_token) // 1024 * 1024 == 342_016
+    # By default a pass takes at most GPU_MICRO_BATCH_TOKENS, where far more would fit.
+    assert mb.budgets_for_device(80 * GIB, 0.45, shape, gradient_checkpointing=True) == \
+        (248_832, mb.GPU_MICRO_BATCH_TOKENS) == (248_832, 32_768)
+    # Where less fits, what fits (8 GiB: 6,144 tokens).
+    small = mb.budgets_for_device(8 * GIB, 0.45, shape, gradient_checkpointing=True)[1]
+    assert small == mb.budgets_for_device(8 * GIB, 0.45, shape, gradient_checkpointing=True,
+                                          most_micro_batch_tokens=None)[1] == 6_144
 
 
 def test_model_shape_reads_a_hugging_face_llama():
@@ -71,7 +79,8 @@ def test_model_shape_reads_a_hugging_face_llama():
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_the_budgets_grow_with_free_memory(checkpointing):
     shape = shape_403m(trained_bytes=shape_403m().weight_bytes)
-    budgets = [mb.budgets_for_device(gib * GIB, 0.45, shape, gradient_checkpointing=checkpointing)
+    budgets = [mb.budgets_for_device(gib * GIB, 0.45, shape, gradient_checkpointing=checkpointing,
+                                     most_micro_batch_tokens=None)
                for gib in (16, 40, 80, 140)]
     for smaller, larger in zip(budgets, budgets[1:]):
         assert larger[0] > smaller[0] and larger[1] > smaller[1]
@@ -83,7 +92,8 @@ def test_the_budgets_shrink_with_the_model():
         shape = shape_403m(layers=layers, hidden=hidden, head_dim=hidden // 16,
                            intermediate=4 * hidden, weight_bytes=2 * params,
                            trained_bytes=2 * params)
-        return mb.budgets_for_device(80 * GIB, 0.45, shape, gradient_checkpointing=True)
+        return mb.budgets_for_device(80 * GIB, 0.45, shape, gradient_checkpointing=True,
+                                     most_micro_batch_tokens=None)
 
     small, deeper, wider = budgets(24, 1024), budgets(48, 1024), budgets(24, 2048)
     for larger in (deeper, wider):
@@ -220,6 +230,7 @@ def test_a_cpu_run_keeps_the_fixed_defaults_bit_for_bit():
     ("max_tokens_per_micro_batch", 0, r"must be an integer >= 1 \(or 'auto', or None\)"),
     ("gradient_checkpointing", "yes", "must be True, False or 'auto'"),
     ("vllm_enforce_eager", None, "must be True, False or 'auto'"),
+    ("torch_engine_cuda_graphs", "on", "must be True, False or 'auto'"),
     ("device_memory_share", 0.0, r"must be a number in \(0, 1\]"),
     ("device_memory_share", 1.5, r"must be a number in \(0, 1\]"),
 ])
