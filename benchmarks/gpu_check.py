@@ -12,7 +12,9 @@ against TRL's GRPOTrainer, in one run sized for a short GPU loan (on one H100, 2
     env runner, half a GPU each. Every process reports its device itself: each learner its
     parameters' (`foreach_learner`), each env runner, the driver's included, its module's and its
     engine's (`foreach_env_runner`). Held-out greedy pass@1 on 500 problems is scored before and
-    after 40 iterations (0.50 -> 0.67 on a 2-core CPU; it learns when it rises by MIN_GAIN).
+    after 100 iterations; it learns when it rises by MIN_GAIN. (40 iterations were too few on the
+    split by operand pair: on one H200 one process rose 0.598 -> 0.668 while both remote-runner
+    placements ended at 0.582; on the CPU that placement rose to 0.648.)
 (b) The 403M shape against TRL. A randomly initialised Llama (hidden 1024, 24 layers, MLP 4096, 16
     heads, the embedded char tokenizer's 98 tokens: 403M parameters), GRPO on 32 prompts x 8
     responses x 256 tokens in bfloat16, one optimizer step per batch at a constant lr: rllib_llm
@@ -29,7 +31,9 @@ against TRL's GRPOTrainer, in one run sized for a short GPU loan (on one H100, 2
     replay, the rest of its sample call, the episodes' transfer to the driver, the learner, the
     weight sync and the runner's weight load: median seconds from the iteration's metrics), and,
     after the updates, its torch engine alone against `model.generate` on the same model, the
-    same --prompts x --group prompts and --tokens, in the env runner's process (tokens/s). Then
+    same --prompts x --group prompts and --tokens, in the env runner's process (tokens/s), and,
+    where the engine decodes from CUDA graphs (torch_engine_cuda_graphs), the same seeded call
+    with its eager step: the speed-up, identical rows and the largest log-prob difference. Then
     ours/TRL, and the goal: s/update <= 0.5x TRL's, learner + runner peak reserved <= 16 GiB,
     and the engine >= 3x `model.generate`.
 
@@ -93,7 +97,7 @@ class Sizes:
     warmup: int
 
 
-FULL = Sizes(gpu=1, iterations=40, eval_problems=500, hidden=1024, layers=24, intermediate=4096,
+FULL = Sizes(gpu=1, iterations=100, eval_problems=500, hidden=1024, layers=24, intermediate=4096,
              heads=16, prompts=32, group=8, tokens=256, dtype="bfloat16", updates=5, warmup=1)
 SMALL = Sizes(gpu=0, iterations=2, eval_problems=50, hidden=64, layers=2, intermediate=256,
               heads=4, prompts=4, group=4, tokens=16, dtype="float32", updates=2, warmup=1)
@@ -384,7 +388,39 @@ def engine_vs_generate(runner, prompts: int, group: int, tokens: int) -> dict:
            "generate_tokens": generate_tokens,
            "generate_tokens_per_s": generate_tokens / generate_s}
     out["speedup"] = out["engine_tokens_per_s"] / out["generate_tokens_per_s"]
+    if engine.decode_step == "cuda_graph":
+        out.update(graphs_against_eager(engine, batch, group, tokens, responses))
     return out
+
+
+def graphs_against_eager(engine, batch, group: int, tokens: int, graphed) -> dict:
+    """The same seeded call with the engine's eager decode step: its speed, and how far the
+    CUDA-graph step's samples are from it (the graph's step attends over the whole cache with a
+    mask, so only float rounding differs: identical rows, and the log-probs' largest difference
+    over each row's tokens before it first differs)."""
+    from rllib_llm.rollout.engine import SamplingParams
+
+    engine.decode_step = "eager"
+    try:
+        start = time.perf_counter()
+        eager = engine.generate(batch, group, SamplingParams(max_tokens=tokens, seed=0))
+        eager_s = time.perf_counter() - start
+    finally:
+        engine.decode_step = "cuda_graph"
+    rows = same = 0
+    worst = 0.0
+    for graph_group, eager_group in zip(graphed, eager, strict=True):
+        for a, b in zip(graph_group, eager_group, strict=True):
+            agree = next((i for i, (x, y) in enumerate(zip(a.token_ids, b.token_ids)) if x != y),
+                         min(len(a.token_ids), len(b.token_ids)))
+            rows += 1
+            same += a.token_ids == b.token_ids
+            if agree:
+                worst = max(worst, max(abs(x - y) for x, y in
+                                       zip(a.logprobs[:agree], b.logprobs[:agree], strict=True)))
+    eager_tokens = sum(len(r.token_ids) for g in eager for r in g)
+    return {"eager_s": eager_s, "eager_tokens_per_s": eager_tokens / eager_s,
+            "identical_rows": same / rows, "max_logp_difference": worst}
 
 
 def run_ours(sizes: Sizes, path: str, ray_address: str, overrides: dict) -> dict:
@@ -693,6 +729,12 @@ def print_phases(ours: dict) -> None:
         print(f"\nengine alone: {e['engine_tokens_per_s']:,.0f} tokens/s ({e['engine_s']:.2f} s) "
               f"against model.generate's {e['generate_tokens_per_s']:,.0f} ({e['generate_s']:.2f} "
               f"s): {e['speedup']:.2f}x")
+    if "eager_s" in e:
+        print(f"the engine's CUDA-graph decode against its eager step (same seed): "
+              f"{e['engine_tokens_per_s']:,.0f} against {e['eager_tokens_per_s']:,.0f} tokens/s "
+              f"({e['engine_tokens_per_s'] / e['eager_tokens_per_s']:.2f}x); identical rows "
+              f"{e['identical_rows']:.0%}, largest |logp difference| before a row differs "
+              f"{e['max_logp_difference']:.2e}")
 
 
 def goal_line(c: dict, on_gpu: bool) -> str:
@@ -806,7 +848,7 @@ def main() -> None:
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=1, default=str))
 
-    if "placements" in args.parts:
+    def placements() -> None:
         report["placements"] = []
         for name in PLACEMENTS:
             print(f"# placement: {name}", file=sys.stderr, flush=True)
@@ -817,7 +859,8 @@ def main() -> None:
             free_cuda_cache()
             save()
         print_placements(report["placements"], sizes)
-    if "shape" in args.parts:
+
+    def shape() -> None:
         print("# the 403M shape", file=sys.stderr, flush=True)
         report["shape"] = {}
         try:
@@ -829,6 +872,10 @@ def main() -> None:
             print_shape(report["shape"])
         else:
             print(f"\n## (b) The 403M shape: failed: {report['shape'].get('error')}")
+
+    # In the order asked: on a short GPU loan, the part that matters most first.
+    for part in dict.fromkeys(args.parts):
+        {"placements": placements, "shape": shape}[part]()
     ray.shutdown()
     save()
     print(f"\n{report['seconds']:.0f} s in all")
