@@ -390,6 +390,7 @@ def engine_vs_generate(runner, prompts: int, group: int, tokens: int) -> dict:
     out["speedup"] = out["engine_tokens_per_s"] / out["generate_tokens_per_s"]
     if engine.decode_step == "cuda_graph":
         out.update(graphs_against_eager(engine, batch, group, tokens, responses))
+    out["graph_failure"] = engine.graph_failure  # a capture that fell back to the eager step
     return out
 
 
@@ -729,6 +730,8 @@ def print_phases(ours: dict) -> None:
         print(f"\nengine alone: {e['engine_tokens_per_s']:,.0f} tokens/s ({e['engine_s']:.2f} s) "
               f"against model.generate's {e['generate_tokens_per_s']:,.0f} ({e['generate_s']:.2f} "
               f"s): {e['speedup']:.2f}x")
+    if e.get("graph_failure"):
+        print(f"the engine's CUDA-graph capture FAILED and it decoded eagerly: {e['graph_failure']}")
     if "eager_s" in e:
         print(f"the engine's CUDA-graph decode against its eager step (same seed): "
               f"{e['engine_tokens_per_s']:,.0f} against {e['eager_tokens_per_s']:,.0f} tokens/s "

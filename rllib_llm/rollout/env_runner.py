@@ -273,6 +273,7 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
             device=self._device, max_tokens_per_batch=budget,
             autocast_dtype=None if autocast is None else DTYPES[autocast],
             decode_step="cuda_graph" if graphs.on else "eager",
+            graph_fallback=cfg.torch_engine_cuda_graphs == AUTO,
         )
 
     def _sampling(self) -> SamplingParams:

@@ -22,6 +22,7 @@ time for 32 rows x 64 tokens). `max_tokens_per_batch` bounds the allocation.
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Sequence
 
 import torch
@@ -80,6 +81,7 @@ class TorchRolloutEngine:
         max_tokens_per_batch: int | None = None,
         autocast_dtype: torch.dtype | None = None,
         decode_step: str = "eager",
+        graph_fallback: bool = False,
     ) -> None:
         eos_ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
         if not eos_ids:
@@ -112,6 +114,10 @@ class TorchRolloutEngine:
             raise ValueError(f"decode_step='cuda_graph' needs a CUDA device; the engine computes "
                              f"on {self.device}")
         self.decode_step = decode_step
+        # 'auto' graphs (torch_engine_cuda_graphs): a capture this model or torch refuses warns
+        # once and leaves the engine eager (the reason kept here) instead of failing the call.
+        self.graph_fallback = graph_fallback
+        self.graph_failure: str | None = None
         self._eos = torch.tensor(eos_ids, device=self.device)
         self._weight_version = 0
         self._receiver = None  # set by join_weight_broadcast
@@ -239,6 +245,11 @@ class TorchRolloutEngine:
                 break
             # Finished rows keep decoding (cheaper than shrinking the cache); their extra tokens
             # are cut off in `_to_responses`.
+            if step is not None:
+                try:  # the same step at fixed shapes, writing column L + t
+                    logits = step(tokens[:, t], next_pos, L + t)
+                except Exception as e:  # noqa: BLE001 (only a first capture falls back)
+                    step = self._capture_failed(step, cache, e)
             if step is None:
                 logits = self.model(
                     input_ids=tokens[:, t : t + 1],
@@ -247,8 +258,6 @@ class TorchRolloutEngine:
                     past_key_values=cache,
                     use_cache=True,
                 ).logits[:, -1]  # (B, V)
-            else:  # the same step at fixed shapes, writing column L + t
-                logits = step(tokens[:, t], next_pos, L + t)
             next_pos = next_pos + 1
         return _to_responses(tokens[:, : t + 1], logps[:, : t + 1], self.eos_token_ids,
                              sampling.stop_sequences)
@@ -262,6 +271,19 @@ class TorchRolloutEngine:
             return None
         return StaticDecode(self.model, cache, prompt_mask, max_len,
                             capture=self.decode_step == "cuda_graph")
+
+    def _capture_failed(self, step: StaticDecode, cache, error: Exception) -> None:
+        """Go on eagerly after a failed first capture, if `graph_fallback`; else raise `error`.
+        The warm-up runs wrote only the step's own column, which the eager step writes again."""
+        if not self.graph_fallback or step.graph is not None or not step.capture:
+            raise error
+        self.graph_failure = f"{type(error).__name__}: {error}"[:300]
+        warnings.warn(f"rllib_llm: the torch engine could not capture its decode step in a CUDA "
+                      f"graph ({self.graph_failure}); it decodes eagerly from now on", stacklevel=2)
+        self.decode_step = "eager"
+        for layer in cache.layers:
+            layer.write_at = None
+        return None
 
 
 class PreallocatedLayer(DynamicLayer):

@@ -97,3 +97,33 @@ def test_refusals():
     flex = tiny_llama("sdpa")
     flex.config._attn_implementation = "flex_attention"
     assert "flex_attention" in supports_static_decode(flex, kv_cache(flex.config, 1, 4))
+
+
+@pytest.mark.parametrize("fallback", [True, False])
+def test_a_failed_capture_falls_back_to_the_eager_step_only_when_allowed(monkeypatch, fallback):
+    """'auto' graphs (graph_fallback): a capture that raises warns once and the call goes on
+    eagerly, with the eager loop's samples; explicit graphs raise the capture's error."""
+    model = tiny_llama("sdpa")
+    sampling = SamplingParams(temperature=1.0, max_tokens=10, seed=2)
+    expected = generate(model, "eager", sampling)
+
+    def capturing_step(engine, cache, prompt_mask, max_len):
+        step = StaticDecode(engine.model, cache, prompt_mask, max_len, capture=False)
+        step.capture = True  # as on a GPU; its capture fails below
+        return step
+
+    def failing_capture(step):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(TorchRolloutEngine, "_decode_step", capturing_step)
+    monkeypatch.setattr(StaticDecode, "_capture", failing_capture)
+    engine = TorchRolloutEngine(model, eos_token_id=EOS, pad_token_id=PAD, decode_step="static",
+                                graph_fallback=fallback)
+    if not fallback:
+        with pytest.raises(RuntimeError, match="stream is capturing"):
+            engine.generate(PROMPTS, 3, sampling)
+        return
+    with pytest.warns(UserWarning, match="could not capture its decode step"):
+        got = engine.generate(PROMPTS, 3, sampling)
+    assert engine.decode_step == "eager" and "stream is capturing" in engine.graph_failure
+    assert [[r.token_ids for r in g] for g in got] == [[r.token_ids for r in g] for g in expected]
