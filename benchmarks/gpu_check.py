@@ -1,6 +1,6 @@
 """The GPU check: where every process computes, that training learns there, and the 403M shape
-against TRL's GRPOTrainer, in one run sized for a short GPU loan (on one H100, 2026-11-26: (a)
-133 s, (b) 223 s for our side and 110 s for TRL's, Ray's start included; results in RESULTS.md).
+against TRL's GRPOTrainer, in one run sized for a short GPU loan (on one H200, 2026-11-27, with
+80 placement iterations: 389 s in all, 218 s of it (b); 150 iterations add about 100 s; RESULTS.md).
 
     python benchmarks/gpu_check.py [--json PATH] [--parts placements shape]
     python benchmarks/gpu_check.py --parts shape --ours-set max_tokens_per_micro_batch=131072
@@ -12,9 +12,10 @@ against TRL's GRPOTrainer, in one run sized for a short GPU loan (on one H100, 2
     env runner, half a GPU each. Every process reports its device itself: each learner its
     parameters' (`foreach_learner`), each env runner, the driver's included, its module's and its
     engine's (`foreach_env_runner`). Held-out greedy pass@1 on 500 problems is scored before and
-    after 100 iterations; it learns when it rises by MIN_GAIN. (40 iterations were too few on the
-    split by operand pair: on one H200 one process rose 0.598 -> 0.668 while both remote-runner
-    placements ended at 0.582; on the CPU that placement rose to 0.648.)
+    after 150 iterations (the examples' budget); it learns when it rises by MIN_GAIN. Fewer swing
+    with the seed on the split by operand pair: at 80 iterations on the CPU the "local learner +
+    remote runner" placement ended at 0.574, 0.710 and 0.572 from 0.598 (seeds 0, 1, 2), and at
+    150 at 0.668 and 0.710 (seeds 0, 2).
 (b) The 403M shape against TRL. A randomly initialised Llama (hidden 1024, 24 layers, MLP 4096, 16
     heads, the embedded char tokenizer's 98 tokens: 403M parameters), GRPO on 32 prompts x 8
     responses x 256 tokens in bfloat16, one optimizer step per batch at a constant lr: rllib_llm
@@ -97,7 +98,7 @@ class Sizes:
     warmup: int
 
 
-FULL = Sizes(gpu=1, iterations=100, eval_problems=500, hidden=1024, layers=24, intermediate=4096,
+FULL = Sizes(gpu=1, iterations=150, eval_problems=500, hidden=1024, layers=24, intermediate=4096,
              heads=16, prompts=32, group=8, tokens=256, dtype="bfloat16", updates=5, warmup=1)
 SMALL = Sizes(gpu=0, iterations=2, eval_problems=50, hidden=64, layers=2, intermediate=256,
               heads=4, prompts=4, group=4, tokens=16, dtype="float32", updates=2, warmup=1)
