@@ -51,6 +51,7 @@ from rllib_llm.exchange.columns import (
 )
 from rllib_llm.exchange.columns import ENTROPY as ENTROPY_OUT
 from rllib_llm.exchange.devices import IS_GPU, announce, is_gpu, module_device, require_visible_gpu
+from rllib_llm.exchange.host_memory import release_freed_memory
 from rllib_llm.exchange.threads import set_torch_threads
 from rllib_llm.learner import data_parallel, micro_batches
 from rllib_llm.learner.optimizer_steps import minibatch_rows
@@ -189,6 +190,7 @@ class RLVRLearner(TorchLearner):
         tokens = float(data[ATTENTION_MASK].sum()) * cfg.ppo_epochs
         self.metrics.log_value((DEFAULT_MODULE_ID, TOKENS_PER_S), tokens / seconds, window=1)
         loss = torch.tensor(merged.get(TOTAL_LOSS, float("nan")))
+        release_freed_memory()  # the micro-batches' freed activations (exchange/host_memory.py)
         return {}, {DEFAULT_MODULE_ID: loss}, {}
 
     def _optimizer_step(self, mini: dict[str, torch.Tensor], *,

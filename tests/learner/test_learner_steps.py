@@ -70,9 +70,12 @@ def test_one_step_equals_a_hand_computed_adam_update(monkeypatch):
         return real(self, batch, **kw)
 
     monkeypatch.setattr(learner_module.RLVRLearner, "_update", capture)
+    trims = []  # freed host memory is handed back once per update (exchange/host_memory.py)
+    monkeypatch.setattr(learner_module, "release_freed_memory", lambda: trims.append(1) or True)
     algo = embedded_config("vanilla", lr=1e-3, grad_clip=None, loss_agg_mode="token-mean",
                            **SMALL).build_algo()
     algo.train()
+    assert trims == [1]
     learner = algo.learner_group.local_learner
     after = learner.module["default_policy"].model.state_dict()
 
