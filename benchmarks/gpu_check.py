@@ -732,7 +732,8 @@ def print_phases(ours: dict) -> None:
               f"against model.generate's {e['generate_tokens_per_s']:,.0f} ({e['generate_s']:.2f} "
               f"s): {e['speedup']:.2f}x")
     if e.get("graph_failure"):
-        print(f"the engine's CUDA-graph capture FAILED and it decoded eagerly: {e['graph_failure']}")
+        print(f"the engine's CUDA-graph capture FAILED and it decoded eagerly: "
+              f"{e['graph_failure']}")
     if "eager_s" in e:
         print(f"the engine's CUDA-graph decode against its eager step (same seed): "
               f"{e['engine_tokens_per_s']:,.0f} against {e['eager_tokens_per_s']:,.0f} tokens/s "
