@@ -3,7 +3,16 @@ config cannot honour is refused here, before anything is built, never silently c
 
 from __future__ import annotations
 
-from rllib_llm.algorithm.fields import changed_fields
+from rllib_llm.algorithm.fields import refuse_changed
+
+# The torch engine's settings, each with what vLLM has instead: with rollout_engine='vllm' a
+# value changed from its default would be ignored, so it is refused.
+TORCH_ENGINE_ONLY = {
+    "max_tokens_per_generate_batch": "bounds the torch engine's KV cache; vLLM bounds its own "
+                                     "(vllm_gpu_memory_utilization, vllm_kv_cache_memory_bytes)",
+    "torch_engine_cuda_graphs": "is the torch engine's; vLLM captures its own CUDA graphs "
+                                "(vllm_enforce_eager)",
+}
 
 
 def shares_learner_model(cfg) -> bool:
@@ -31,13 +40,10 @@ def check_placement(cfg) -> None:
             "(num_gpus_per_learner=0). Set num_gpus_per_learner=1 to sample and train on the "
             "GPU, or num_env_runners >= 1 for a sampler on a GPU of its own."
         )
-    if cfg.rollout_engine == "vllm" and changed_fields(cfg, ("max_tokens_per_generate_batch",)):
-        raise ValueError(
-            f"RLVRConfig.max_tokens_per_generate_batch={cfg.max_tokens_per_generate_batch} "
-            "bounds the torch engine's KV cache; vLLM bounds its own "
-            "(vllm_gpu_memory_utilization, vllm_kv_cache_memory_bytes) and would ignore it. "
-            "Leave it at its default with rollout_engine='vllm'."
-        )
+    if cfg.rollout_engine == "vllm":
+        for name, instead in TORCH_ENGINE_ONLY.items():
+            refuse_changed(cfg, (name,), f"{instead} and would ignore it. Leave it at its "
+                                         "default with rollout_engine='vllm'.")
     sampler_gpus = (cfg.num_gpus_per_learner if samples_with_learner_model(cfg)
                     else cfg.num_gpus_per_env_runner)
     if cfg.torch_engine_cuda_graphs is True and not sampler_gpus:
@@ -45,10 +51,4 @@ def check_placement(cfg) -> None:
             "RLVRConfig.torch_engine_cuda_graphs=True needs a sampler on a GPU, and this one "
             "has none (num_gpus_per_env_runner=0, or in one process num_gpus_per_learner=0). "
             "Leave it at 'auto' (on wherever the engine computes on a GPU) or set False."
-        )
-    if cfg.rollout_engine == "vllm" and changed_fields(cfg, ("torch_engine_cuda_graphs",)):
-        raise ValueError(
-            f"RLVRConfig.torch_engine_cuda_graphs={cfg.torch_engine_cuda_graphs} is the torch "
-            "engine's; vLLM captures its own CUDA graphs (vllm_enforce_eager) and would ignore "
-            "it. Leave it at its default with rollout_engine='vllm'."
         )
