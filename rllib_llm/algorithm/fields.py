@@ -424,7 +424,8 @@ FIELDS: tuple[Field, ...] = (
           "device_memory_share of the GPU's free memory beside its weights, their gradients and "
           "Adam's moments, at the activations per token of its model: float32 logits (vocab x 4 "
           "bytes, three copies) plus each layer's, fewer with gradient_checkpointing, and at most "
-          f"{GPU_MICRO_BATCH_TOKENS:,} (a larger pass is no faster per token; sized when "
+          f"{GPU_MICRO_BATCH_TOKENS:,} (less memory for some time: on one H200 the 403M shape "
+          "learned in 1.51 s and 7.2 GiB against 1.14 s and 11.1 GiB in one pass; sized when "
           "the learner is built, printed with its device; rllib_llm/exchange/memory_budgets.py). "
           "None = no token bound.",
           token_budget, "optimisation", annotation='int | str | None'),

@@ -43,10 +43,11 @@ AUTO = "auto"
 CPU_MICRO_BATCH_TOKENS = 4096
 CPU_GENERATE_TOKENS = 32768
 
-# The most tokens a learner's pass takes on a GPU, however much memory is free. Past a few
-# thousand tokens a pass's matrix products already fill the GPU, so a larger pass is no faster per
-# token; it only holds more activations. On one H200 the 403M shape's 68k-token batch in a single
-# pass held 10.2 GiB beside a 7 GiB engine, over the 16 GiB the two may use (issue 35's goal).
+# The most tokens a learner's pass takes on a GPU, however much memory is free: a bound on
+# activations, bought with time. On one H200 the 403M shape's 68k-token batch in one pass held
+# 11.1 GiB beside a 7 GiB engine, over the 16 GiB the two may use (issue 35's goal); in three
+# passes of at most 32,768 tokens it held 7.2 GiB, and learning took 1.51 s against 1.14 s
+# (benchmarks/RESULTS.md, "On one GPU at the shipped defaults").
 GPU_MICRO_BATCH_TOKENS = 32768
 
 # A sized budget is rounded down to a multiple of this, and never below it (one sequence longer
