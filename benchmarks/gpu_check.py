@@ -34,7 +34,11 @@ against TRL's GRPOTrainer, in one run sized for a short GPU loan (on one H200, 2
     after the updates, its torch engine alone against `model.generate` on the same model, the
     same --prompts x --group prompts and --tokens, in the env runner's process (tokens/s), and,
     where the engine decodes from CUDA graphs (torch_engine_cuda_graphs), the same seeded call
-    with its eager step: the speed-up, identical rows and the largest log-prob difference. Then
+    with its eager step: the speed-up, identical rows and the largest log-prob difference. It
+    checks that the runner's engine holds the learner's weights after the last sync (each
+    tensor's sum, the learner's cast to the engine's dtype as a sync casts it), and on a GPU it
+    runs the shape again for 3 updates with weight_sync_backend='cuda_ipc', to time that sync
+    against the shipped one and check its weights the same way. Then
     ours/TRL, and the goal: s/update <= 0.5x TRL's, learner + runner peak reserved <= 16 GiB,
     and the engine >= 3x `model.generate`.
 
@@ -153,6 +157,42 @@ def peak_memory(_=None) -> dict:
 
 def runner_peak_memory(runner) -> tuple[str, dict]:
     return f"env runner {runner.worker_index}", peak_memory()
+
+
+def runner_weight_sums(runner) -> dict[str, tuple[str, float]]:
+    """Each of the engine's weights: its dtype and its sum (float64)."""
+    return {name: (str(t.dtype), t.double().sum().item())
+            for name, t in runner.engine.model.state_dict().items()}
+
+
+def learner_weight_sums(dtypes: dict[str, str]):
+    """`fn(learner)`: the sums of the learner's weights, each cast first to the runner's dtype
+    (the cast a sync makes); None for a name the runner lacks."""
+    def sums(learner) -> dict[str, float | None]:
+        import torch
+        from ray.rllib.core import DEFAULT_MODULE_ID
+
+        weights = learner.module[DEFAULT_MODULE_ID].unwrapped().policy_weights()
+        return {name: t.detach().to(getattr(torch, dtypes[name].split(".")[-1])).double()
+                .sum().item() if name in dtypes else None for name, t in weights.items()}
+    return sums
+
+
+def weights_synced(algo) -> dict:
+    """Whether every remote runner's engine holds the learner's weights after the last sync:
+    the learner's tensors a runner lacks, and those whose sums differ (both sides make the same
+    cast, so equal weights give equal sums)."""
+    out = {"backend": algo.config.weight_sync_backend, "runners": []}
+    for runner in on_runners(algo, runner_weight_sums, local=False):
+        learner = algo.learner_group.foreach_learner(learner_weight_sums(
+            {k: dtype for k, (dtype, _) in runner.items()})).result_or_errors[0].get()
+        out["runners"].append({
+            "missing": sorted(k for k, total in learner.items() if total is None),
+            "differ": sorted(k for k, total in learner.items()
+                             if total is not None and total != runner[k][1]),
+        })
+    out["ok"] = all(not r["missing"] and not r["differ"] for r in out["runners"])
+    return out
 
 
 def on_runners(algo, func, *, local: bool = True) -> list:
@@ -425,7 +465,8 @@ def graphs_against_eager(engine, batch, group: int, tokens: int, graphed) -> dic
             "identical_rows": same / rows, "max_logp_difference": worst}
 
 
-def run_ours(sizes: Sizes, path: str, ray_address: str, overrides: dict) -> dict:
+def run_ours(sizes: Sizes, path: str, ray_address: str, overrides: dict,
+             engine_check: bool = True) -> dict:
     import ray
 
     from rllib_llm.outputs.metric_names import RESPONSE_LENGTH, TIME_LEARN_S, TIME_SAMPLE_S
@@ -449,6 +490,7 @@ def run_ours(sizes: Sizes, path: str, ray_address: str, overrides: dict) -> dict
             rows.append({"update_s": update_s, "sample_s": metric(result, TIME_SAMPLE_S),
                          "learn_s": metric(result, TIME_LEARN_S),
                          "response_tokens": metric(result, RESPONSE_LENGTH), "phases": phases})
+        synced = weights_synced(algo)
         learner = algo.learner_group.foreach_learner(peak_memory).result_or_errors[0].get()
         memory = {"learner (driver)": learner,
                   **dict(on_runners(algo, runner_peak_memory, local=False))}
@@ -457,13 +499,14 @@ def run_ours(sizes: Sizes, path: str, ray_address: str, overrides: dict) -> dict
                     if hasattr(config, name)}
         # After the peaks are read: model.generate's memory is not ours.
         engine, = on_runners(algo, lambda runner: engine_vs_generate(
-            runner, sizes.prompts, sizes.group, sizes.tokens), local=False)
+            runner, sizes.prompts, sizes.group, sizes.tokens), local=False) \
+            if engine_check else (None,)
     finally:
         algo.stop()
     return {"measured": rows[sizes.warmup:], "memory": memory, "processes": processes,
             "problems": device_problems(config, processes), "settings": settings,
             "sized": {k: v for p in processes for k, v in p.get("sized", {}).items()},
-            "engine_vs_generate": engine}
+            "engine_vs_generate": engine, "weights_synced": synced}
 
 
 # --- (b) TRL's side, in a process of its own ------------------------------------------------------
@@ -594,14 +637,22 @@ def run_shape(sizes: Sizes, skip_trl: bool, out: dict, save, overrides: dict) ->
         out["ours"] = run_child("ours", sizes, tmp, CHILD_TIMEOUT_S, "--ray-address", address,
                                 "--overrides", json.dumps(overrides))
         save()
+        if sizes.gpu and overrides.get("weight_sync_backend") != "cuda_ipc":
+            # The CUDA IPC weight sync (not yet the default: first measured here), timed and
+            # checked in a short run of the same shape.
+            out["ours_cuda_ipc"] = run_child(
+                "ours", replace(sizes, updates=sizes.warmup + 2), tmp, CHILD_TIMEOUT_S,
+                "--ray-address", address, "--no-engine-check", "--overrides",
+                json.dumps({**overrides, "weight_sync_backend": "cuda_ipc"}))
+            save()
         if skip_trl:
             out["trl"] = {"skipped": "--skip-trl"}
         elif importlib.util.find_spec("trl") is None:
             out["trl"] = {"skipped": "TRL not installed (pip install -e '.[bench]')"}
         else:
             out["trl"] = run_child("trl", sizes, tmp, CHILD_TIMEOUT_S)
-    for side in ("ours", "trl"):
-        if "measured" in out[side]:
+    for side in ("ours", "trl", "ours_cuda_ipc"):
+        if "measured" in out.get(side, {}):
             summarise(out[side], sizes, out["model"], peak)
     out["comparison"] = compare(out["ours"], out["trl"], on_gpu=gpu_name != "CPU")
 
@@ -707,11 +758,31 @@ def print_shape(out: dict) -> None:
             print(f"{head}| {name} | {used} |")
             head = "| | | | | | | "
     print_phases(out.get("ours", {}))
+    print_cuda_ipc(out.get("ours", {}), out.get("ours_cuda_ipc"))
     c = out["comparison"]
     if "time_ratio" in c:
         print(f"\nours / TRL: time {c['time_ratio']:.2f}x, memory ({c['memory_kind']}, all "
               f"processes) {fmt(c.get('memory_ratio'))}x")
     print(goal_line(c, on_gpu))
+
+
+def print_cuda_ipc(ours: dict, ipc: dict | None) -> None:
+    """The short run with weight_sync_backend='cuda_ipc' against the shipped sync."""
+    if ipc is None:
+        return
+    if "phases" not in ipc:
+        print(f"\nweight sync through cuda_ipc: {ipc.get('error') or 'no measured update'}")
+        return
+    print("\n| weight sync | driver s | runner load s | s / update | runners hold the learner's "
+          "weights |")
+    print("|---|---|---|---|---|")
+    for label, side in ((ours.get("weights_synced", {}).get("backend", "shipped"), ours),
+                        ("cuda_ipc", ipc)):
+        if "phases" in side:
+            p = side["phases"]
+            print(f"| {label} | {p['weight sync (driver)']:.3f} | "
+                  f"{p['weight load (runner)']:.3f} | {side['update_s']:.3f} | "
+                  f"{'yes' if side.get('weights_synced', {}).get('ok') else 'NO'} |")
 
 
 def print_phases(ours: dict) -> None:
@@ -726,6 +797,10 @@ def print_phases(ours: dict) -> None:
         for name, seconds in ours["phases"].items():
             print(f"| {name} | {seconds:.3f} | {seconds / ours['update_s']:.0%} |")
         print(f"| **s / update** | {ours['update_s']:.3f} | 100% |")
+    synced = ours.get("weights_synced")
+    if synced:
+        print(f"\nafter the last weight sync ({synced['backend']}) the runners' engines hold the "
+              f"learner's weights: {'yes' if synced['ok'] else 'NO: ' + str(synced['runners'])}")
     e = ours.get("engine_vs_generate")
     if e:
         print(f"\nengine alone: {e['engine_tokens_per_s']:,.0f} tokens/s ({e['engine_s']:.2f} s) "
@@ -781,6 +856,13 @@ def failures_of(report: dict, sizes: Sizes) -> list[str]:
         if r.get("full_length") is False:
             failures.append(f"403M shape, {side}: responses ended before {sizes.tokens} tokens")
         failures += [f"403M shape, {side}: {p}" for p in r.get("problems", [])]
+    if "error" in shape.get("ours_cuda_ipc", {}):
+        failures.append(f"403M shape, ours with cuda_ipc: {shape['ours_cuda_ipc']['error']}")
+    for side in ("ours", "ours_cuda_ipc"):
+        synced = shape.get(side, {}).get("weights_synced")
+        if synced and not synced["ok"]:
+            failures.append(f"403M shape, {side}: after the last {synced['backend']} sync the "
+                            f"runners' weights are not the learner's: {synced['runners']}")
     return failures
 
 
@@ -812,6 +894,7 @@ def parse_args() -> argparse.Namespace:
                         help="a training setting for our side of the 403M shape (repeatable), "
                              "e.g. max_tokens_per_micro_batch=65536")
     parser.add_argument("--overrides", default="{}", help=argparse.SUPPRESS)
+    parser.add_argument("--no-engine-check", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child", choices=("ours", "trl"), help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
     parser.add_argument("--sizes", help=argparse.SUPPRESS)
@@ -824,7 +907,8 @@ def main() -> None:
     args = parse_args()
     if args.child:
         sizes = Sizes(**json.loads(args.sizes))
-        result = (run_ours(sizes, args.path, args.ray_address, json.loads(args.overrides))
+        result = (run_ours(sizes, args.path, args.ray_address, json.loads(args.overrides),
+                           engine_check=not args.no_engine_check)
                   if args.child == "ours"
                   else run_trl(sizes, args.path))
         print(json.dumps(result, default=str))

@@ -307,9 +307,13 @@ FIELDS: tuple[Field, ...] = (
           "'nccl' (a broadcast from learner rank 0 straight to every engine's GPU, for a learner "
           "and engines on separate GPUs; OpenRLHF's vllm_sync_backend='nccl'), or 'gloo' (the "
           "same broadcast over TCP, for CPU processes; on one machine the object store's shared "
-          "memory is faster: 0.19 s against 1.0 s for a 135M model). The broadcasts need remote "
-          "env runners (num_env_runners >= 1); see exchange/weight_broadcast.py.",
-          one_of(("object_store", "nccl", "gloo")), "engine"),
+          "memory is faster: 0.19 s against 1.0 s for a 135M model), or 'cuda_ipc' (torch-engine "
+          "runners on the learner's own GPU copy its weights device to device from CUDA IPC "
+          "handles, with no trip through host memory: the one-GPU layout of a learner and runners "
+          "at fractions of one GPU; verl's and OpenRLHF's colocated sync). All but 'object_store' "
+          "need remote env runners (num_env_runners >= 1) and one learner; see "
+          "exchange/weight_broadcast.py and exchange/weight_ipc.py.",
+          one_of(("object_store", "nccl", "gloo", "cuda_ipc")), "engine"),
     Field("weight_sync_bucket_bytes", 256 * 2**20,
           "Broadcast weight sync: most bytes per broadcast call (tensors of one dtype are packed "
           "together up to this size; a larger tensor goes alone). Bounds the extra memory each "

@@ -47,6 +47,7 @@ from rllib_llm.algorithm.reward_workers import (
     merge_round_metrics,
 )
 from rllib_llm.algorithm.sync_sampling import sample_remote
+from rllib_llm.algorithm.weight_sync import direct_weight_sync
 from rllib_llm.exchange.devices import announce
 from rllib_llm.rollout.env_runner import SAMPLER_STATE, check_env
 from rllib_llm.rollout.held_out_sampling import EvalShard
@@ -82,12 +83,8 @@ class RLVR(Algorithm):
         # Actors the cluster cannot hold would wait forever, silently: say so first.
         with fit_check(config):
             super().setup(config)
-        self._weight_broadcast = None
-        if config.weight_sync_backend != "object_store":
-            from rllib_llm.algorithm.weight_sync import BroadcastWeightSync
-
-            self._weight_broadcast = BroadcastWeightSync(config, self.learner_group,
-                                                         self.env_runner_group)
+        self._direct_sync = direct_weight_sync(config, self.learner_group,
+                                               self.env_runner_group)
         if shares_learner_model(config):
             # One process samples and learns in turn: its sampler samples with the learner's
             # own model, not a second copy of it (a weight sync then copies nothing). A LoRA
@@ -178,29 +175,29 @@ class RLVR(Algorithm):
         return int(results.result_or_errors[0].get())
 
     def _sync_weights(self) -> None:
-        """Learner -> env runners: a broadcast when configured and possible, else RLlib's
-        object-store sync (which also updates the driver's env runner)."""
-        broadcast = self._weight_broadcast
-        if broadcast is not None and broadcast.sync():
+        """Learner -> env runners: a direct sync (broadcast or CUDA IPC) when configured and
+        possible, else RLlib's object-store sync (which also updates the driver's env runner)."""
+        direct = self._direct_sync
+        if direct is not None and direct.sync():
             return
         self.env_runner_group.sync_weights(
             from_worker_or_learner_group=self.learner_group, inference_only=True
         )
-        if broadcast is not None:
-            broadcast.mark_local_env_runner_fresh()
+        if direct is not None:
+            direct.mark_local_env_runner_fresh()
 
     def restore_env_runners(self, env_runner_group) -> list[int]:
-        """RLlib restores a runner with the driver's runner's weights, which a broadcast leaves
-        behind: send restored runners the learner's, and rebuild the group with them."""
+        """RLlib restores a runner with the driver's runner's weights, which a direct sync leaves
+        behind: send restored runners the learner's, and set the sync up again with them."""
         restored = super().restore_env_runners(env_runner_group)
-        if restored and self._weight_broadcast is not None and \
+        if restored and self._direct_sync is not None and \
                 env_runner_group is self.env_runner_group:
             env_runner_group.sync_weights(
                 from_worker_or_learner_group=self.learner_group, to_worker_indices=restored,
                 inference_only=True, timeout_seconds=self.config.weight_sync_timeout_s,
             )
-            self._weight_broadcast.mark_local_env_runner_fresh()
-            self._weight_broadcast.invalidate()
+            self._direct_sync.mark_local_env_runner_fresh()
+            self._direct_sync.invalidate()
         return restored
 
     def _restore_training_runners(self) -> list[int]:
@@ -353,7 +350,7 @@ class RLVR(Algorithm):
         The evaluation group (RLlib builds one when `evaluation_interval` or
         `evaluation_num_env_runners` is set) receives the weights through the object store, as
         in RLlib. Without one the training runners evaluate: they hold the weights already,
-        except the driver's runner behind a broadcast, which catches up if it is the one.
+        except the driver's runner behind a direct sync, which catches up if it is the one.
         """
         group = self.eval_env_runner_group
         if group is not None:
@@ -362,8 +359,8 @@ class RLVR(Algorithm):
         else:
             group = self.env_runner_group
         ids = group.healthy_env_runner_ids() if group.num_remote_env_runners() else []
-        if not ids and group is self.env_runner_group and self._weight_broadcast is not None:
-            self._weight_broadcast.refresh_local_env_runner()
+        if not ids and group is self.env_runner_group and self._direct_sync is not None:
+            self._direct_sync.refresh_local_env_runner()
         return group, ids
 
     def _evaluation_callback(self, name: str, **kwargs) -> None:

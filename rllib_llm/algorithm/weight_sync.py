@@ -1,14 +1,19 @@
-"""The driver's side of broadcast weight sync (`weight_sync_backend` 'nccl' or 'gloo').
+"""The driver's side of direct weight sync: a broadcast (`weight_sync_backend` 'nccl' or 'gloo')
+or CUDA IPC handles ('cuda_ipc'), instead of RLlib's object-store sync.
 
-The learner is rank 0 of a group and every remote env runner's engine holds the next ranks (one
-per vLLM tensor-parallel worker). A sync asks the learner to send and every runner to receive at
-the same time: the learner's call runs in a thread while Ray runs the runners' calls, since each
-side blocks until the other has joined in.
+Broadcast: the learner is rank 0 of a group and every remote env runner's engine holds the next
+ranks (one per vLLM tensor-parallel worker). A sync asks the learner to send and every runner to
+receive at the same time: the learner's call runs in a thread while Ray runs the runners' calls,
+since each side blocks until the other has joined in.
 
-The group's members are fixed when it is built, so anything that changes them (a runner that
-died, a restored runner) makes the next sync fall back to RLlib's object-store sync, and the one
-after it rebuild the group. The driver's own env runner is not a member: it receives the
-learner's weights only when something reads them (evaluation, checkpoints, restoring a runner).
+CUDA IPC: the learner returns handles to its weights on its GPU; each runner on that GPU copies
+from them (`exchange/weight_ipc.py`). The runners' GPUs are checked once per set of runners: a
+runner that cannot see the learner's GPU is a placement error, raised, not fallen back from.
+
+The members are fixed when a sync is set up, so anything that changes them (a runner that died,
+a restored runner) makes the next sync fall back to RLlib's object-store sync, and the one after
+it set up again. The driver's own env runner is not a member: it receives the learner's weights
+only when something reads them (evaluation, checkpoints, restoring a runner).
 """
 
 from __future__ import annotations
@@ -23,24 +28,22 @@ from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 logger = logging.getLogger(__name__)
 
 
-class BroadcastWeightSync:
-    """Builds the broadcast group on first use and runs each sync over it."""
+class DirectWeightSync:
+    """What both direct syncs share: the members, the fall-back, the driver's own runner.
+    Subclasses say how one sync runs (`_push`)."""
 
     def __init__(self, config, learner_group, env_runner_group) -> None:
         self.config = config
         self.learner_group = learner_group
         self.env_runner_group = env_runner_group
-        # One rank per process that holds engine weights.
-        self.ranks_per_runner = (config.vllm_tensor_parallel_size
-                                 if config.rollout_engine == "vllm" else 1)
-        self._members: list[int] | None = None  # remote runner ids of the current group
+        self._members: list[int] | None = None  # remote runner ids the sync is set up for
         self._local_runner_stale = False
 
     def sync(self) -> bool:
-        """Broadcast the learner's weights to every remote runner.
+        """Send the learner's weights to every remote runner.
 
-        Returns False, having changed nothing, when a runner is down or the broadcast failed:
-        the caller then syncs through the object store, and the group is rebuilt next time.
+        Returns False, having changed nothing, when a runner is down or the sync failed: the
+        caller then syncs through the object store, and the sync is set up again next time.
         """
         group = self.env_runner_group
         ids = group.healthy_env_runner_ids()
@@ -49,33 +52,33 @@ class BroadcastWeightSync:
             return False
         try:
             if self._members != ids:
-                self._build(ids)
-            versions, version = self._concurrently(
-                lambda learner: learner.broadcast_weights(),
-                lambda runner: runner.receive_weights(), ids,
-            )
+                self._set_up(ids)
+                self._members = list(ids)
+            versions, version = self._push(ids)
         except ValueError:  # a configuration error (e.g. 'nccl' without GPUs): say so, loudly
             raise
         except Exception as e:  # a runner died mid-sync, or the group timed out
-            logger.warning("Broadcast weight sync failed (%s: %s); syncing through the object "
-                           "store and rebuilding the group next time.", type(e).__name__, e)
+            logger.warning("%s weight sync failed (%s: %s); syncing through the object store "
+                           "and setting it up again next time.", self.config.weight_sync_backend,
+                           type(e).__name__, e)
             self.invalidate()
             return False
         if sorted(versions) != [version] * len(ids):
-            logger.warning("Broadcast weight sync: runners report versions %s, the learner sent "
-                           "%s; syncing through the object store.", versions, version)
+            logger.warning("%s weight sync: runners report versions %s, the learner sent %s; "
+                           "syncing through the object store.", self.config.weight_sync_backend,
+                           versions, version)
             self.invalidate()
             return False
         self._local_runner_stale = True
         return True
 
     def invalidate(self) -> None:
-        """Forget the group: the next `sync` builds a new one with the runners then healthy."""
+        """Forget the members: the next `sync` sets up again with the runners then healthy."""
         self._members = None
 
     def refresh_local_env_runner(self) -> None:
-        """Give the driver's env runner the learner's current weights, if a broadcast left it
-        behind (it is not in the group: it only evaluates, checkpoints and restores others)."""
+        """Give the driver's env runner the learner's current weights, if a direct sync left it
+        behind (it is not a member: it only evaluates, checkpoints and restores others)."""
         local = self.env_runner_group.local_env_runner
         if local is None or not self._local_runner_stale:
             return
@@ -89,8 +92,43 @@ class BroadcastWeightSync:
         """The object-store path synced the driver's runner too."""
         self._local_runner_stale = False
 
-    # --- internals ------------------------------------------------------------------------------
-    def _build(self, ids: list[int]) -> None:
+    # --- what each sync does ----------------------------------------------------------------------
+    def _set_up(self, ids: list[int]) -> None:
+        """Prepare a sync to runners `ids` (raise ValueError for a placement it cannot serve)."""
+
+    def _push(self, ids: list[int]) -> tuple[list[Any], Any]:
+        """One sync: (the versions runners `ids` report, the version the learner sent)."""
+        raise NotImplementedError
+
+    def _on_runners(self, fn, ids: list[int]) -> list[Any]:
+        """`fn(runner)` on remote runners `ids`; an error if any did not answer in time."""
+        results = self.env_runner_group.foreach_env_runner(
+            fn, remote_worker_ids=ids, local_env_runner=False,
+            timeout_seconds=self.config.weight_sync_timeout_s,
+        )
+        if len(results) != len(ids):
+            raise RuntimeError(f"{len(ids) - len(results)} env runner(s) did not answer "
+                               f"within weight_sync_timeout_s={self.config.weight_sync_timeout_s}")
+        return results
+
+    def _on_learner(self, fn) -> Any:
+        """`fn(learner)` on the (single) learner, local or remote; raises its error."""
+        result = self.learner_group.foreach_learner(fn).result_or_errors[0]
+        if not result.ok:
+            raise result.get()
+        return result.get()
+
+
+class BroadcastWeightSync(DirectWeightSync):
+    """A broadcast group, built for the current runners and used for each sync."""
+
+    def __init__(self, config, learner_group, env_runner_group) -> None:
+        super().__init__(config, learner_group, env_runner_group)
+        # One rank per process that holds engine weights.
+        self.ranks_per_runner = (config.vllm_tensor_parallel_size
+                                 if config.rollout_engine == "vllm" else 1)
+
+    def _set_up(self, ids: list[int]) -> None:
         cfg = self.config
         world_size = 1 + len(ids) * self.ranks_per_runner
         address = self._on_learner(lambda learner: learner.open_weight_broadcast(
@@ -104,27 +142,42 @@ class BroadcastWeightSync:
                 first_rank=first_rank[runner.worker_index], **address),
             ids,
         )
-        self._members = list(ids)
+
+    def _push(self, ids: list[int]) -> tuple[list[Any], Any]:
+        return self._concurrently(lambda learner: learner.broadcast_weights(),
+                                  lambda runner: runner.receive_weights(), ids)
 
     def _concurrently(self, on_learner, on_runner, ids: list[int]) -> tuple[list[Any], Any]:
         """Run `on_learner` on the learner and `on_runner` on runners `ids` at the same time."""
         with ThreadPoolExecutor(max_workers=1) as pool:
             learner_call = pool.submit(self._on_learner, on_learner)
             try:
-                runner_results = self.env_runner_group.foreach_env_runner(
-                    on_runner, remote_worker_ids=ids, local_env_runner=False,
-                    timeout_seconds=self.config.weight_sync_timeout_s,
-                )
+                runner_results = self._on_runners(on_runner, ids)
             finally:
                 learner_result = learner_call.result()  # the learner's call ends by timeout
-        if len(runner_results) != len(ids):
-            raise RuntimeError(f"{len(ids) - len(runner_results)} env runner(s) did not answer "
-                               f"within weight_sync_timeout_s={self.config.weight_sync_timeout_s}")
         return runner_results, learner_result
 
-    def _on_learner(self, fn) -> Any:
-        """`fn(learner)` on the (single) learner, local or remote; raises its error."""
-        result = self.learner_group.foreach_learner(fn).result_or_errors[0]
-        if not result.ok:
-            raise result.get()
-        return result.get()
+
+class CudaIpcWeightSync(DirectWeightSync):
+    """Handles to the learner's weights on its GPU, copied by each runner on that GPU."""
+
+    def _set_up(self, ids: list[int]) -> None:
+        from rllib_llm.exchange.weight_ipc import index_of
+
+        # Sharing is only handles, cheap enough to learn the GPU the learner's weights are on.
+        learner_gpu = self._on_learner(lambda learner: learner.share_weights().device_uuid)
+        for visible in self._on_runners(lambda runner: runner.gpu_uuids(), ids):
+            index_of(learner_gpu, visible)  # raises ValueError, naming the fix
+
+    def _push(self, ids: list[int]) -> tuple[list[Any], Any]:
+        shared = self._on_learner(lambda learner: learner.share_weights())
+        return (self._on_runners(lambda runner: runner.load_shared_weights(shared), ids),
+                shared.version)
+
+
+def direct_weight_sync(config, learner_group, env_runner_group) -> DirectWeightSync | None:
+    """The direct sync `config.weight_sync_backend` asks for; None for the object store."""
+    if config.weight_sync_backend == "object_store":
+        return None
+    cls = CudaIpcWeightSync if config.weight_sync_backend == "cuda_ipc" else BroadcastWeightSync
+    return cls(config, learner_group, env_runner_group)

@@ -436,6 +436,19 @@ class RLVRLearner(TorchLearner):
         self._weight_sender.send(self._policy_weights(), version=self._weights_seq_no)
         return self._weights_seq_no
 
+    # --- weight sync by CUDA IPC (an engine on the learner's GPU; see exchange/weight_ipc.py) ---
+    def share_weights(self):
+        """CUDA IPC handles to the policy's current weights and their version, for engines on
+        this learner's GPU to copy from before the next update."""
+        from rllib_llm.exchange.weight_ipc import share
+
+        shared, alive = share(self._policy_weights(), version=self._weights_seq_no)
+        # Only a lifetime anchor, read by no method: merged LoRA or gathered weights are fresh
+        # tensors, freed when this call returns unless held until the runners have copied them
+        # (the next call replaces them; the driver waits for every runner in between).
+        self._shared_weights_alive = alive
+        return shared
+
     def _policy_weights(self) -> dict[str, torch.Tensor]:
         """The causal LM's state dict under its Hugging Face names (what engines load)."""
         return self.module[DEFAULT_MODULE_ID].unwrapped().policy_weights()

@@ -467,8 +467,25 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         too; vLLM keeps its own copy, and the module keeps the version it last received by
         `set_state` (its `get_state` says which), rather than paying a second copy per sync.
         """
+        return self._load_into_engine(self.engine.receive_weights)
+
+    # --- weight sync by CUDA IPC (weight_sync_backend "cuda_ipc"; see weight_ipc) ------------
+    def gpu_uuids(self) -> list[str]:
+        """The GPUs this runner's process sees (the driver checks the learner's is one)."""
+        from rllib_llm.exchange.weight_ipc import visible_uuids
+
+        return visible_uuids()
+
+    def load_shared_weights(self, shared) -> int:
+        """Copy the learner's weights from CUDA IPC handles into the engine; returns the
+        version (as `receive_weights`)."""
+        return self._load_into_engine(lambda: self.engine.load_shared_weights(shared))
+
+    def _load_into_engine(self, load) -> int:
+        """`load()` the learner's weights into the engine, timed; they become this runner's
+        weights (and its module's, where the engine samples from the module)."""
         start = time.perf_counter()
-        version = self.engine.receive_weights()
+        version = load()
         self.metrics.log_value(WEIGHT_LOAD_S, time.perf_counter() - start, window=1)
         self._weights_seq_no = version
         if self._engine_shares_module:

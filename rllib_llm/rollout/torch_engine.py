@@ -197,6 +197,21 @@ class TorchRolloutEngine:
         self._weight_version = version
         return version
 
+    def load_shared_weights(self, shared) -> int:
+        """Copy the learner's weights from CUDA IPC handles (`exchange/weight_ipc.py`) into the
+        model, on this engine's GPU; returns their version."""
+        from rllib_llm.exchange.weight_ipc import open_shared
+
+        if self.device.type != "cuda":
+            raise ValueError("weight_sync_backend='cuda_ipc': this engine computes on "
+                             f"{self.device}, not on the learner's GPU")
+        self._copy_in(open_shared(shared), self.model.state_dict())
+        # The handles are the learner's own weights, which its next update overwrites as soon as
+        # the driver hears back: the copies must have finished, not only been queued.
+        torch.cuda.current_stream(self.device).synchronize()
+        self._weight_version = shared.version
+        return shared.version
+
     @staticmethod
     def _copy_in(items, own: dict[str, torch.Tensor]) -> None:
         with torch.no_grad():

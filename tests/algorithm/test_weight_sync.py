@@ -50,7 +50,7 @@ def test_runners_receive_the_learners_exact_weights_and_version():
     algo = broadcast_config().build_algo()
     results = [algo.train() for _ in range(3)]
     assert_runners_hold(algo, version=3)
-    assert algo._weight_broadcast._members == [1, 2]  # the group was built and kept
+    assert algo._direct_sync._members == [1, 2]  # the group was built and kept
     # Episodes were sampled by the version before each update (0, 1, 2).
     assert [r["env_runners"]["weight_version"] for r in results] == [0, 1, 2]
     assert all(r["timers"]["weight_sync"] > 0 for r in results)
@@ -77,7 +77,7 @@ def test_a_killed_runner_is_restored_with_current_weights_and_rejoins_the_group(
     algo.train()  # restored: the next sync rebuilds the group and broadcasts over it
     version = algo.learner_group.local_learner._weights_seq_no
     assert_runners_hold(algo, version=version)
-    assert algo._weight_broadcast._members == [1, 2]
+    assert algo._direct_sync._members == [1, 2]
     algo.stop()
 
 
@@ -86,7 +86,7 @@ def test_broadcast_settings_are_validated():
                                          "runners, but num_env_runners=0"):
         embedded_config("topr", **TINY).env_runners(weight_sync_backend="gloo").validate()
     with pytest.raises(ValueError, match="weight_sync_backend='mpi' is invalid: it must be one "
-                                         "of \\['gloo', 'nccl', 'object_store'\\]"):
+                                         "of \\['cuda_ipc', 'gloo', 'nccl', 'object_store'\\]"):
         embedded_config("topr", **TINY).env_runners(weight_sync_backend="mpi").validate()
     with pytest.raises(ValueError, match="weight_sync_bucket_bytes=0 is invalid"):
         broadcast_config().env_runners(weight_sync_bucket_bytes=0).validate()
