@@ -11,9 +11,10 @@ its CUDA_IPC objects come from an actor with Ray-assigned GPUs (`ray.get_gpu_ids
 learner lives in the driver, while RLlib's remote learners are Ray Train workers that RLlib
 creates without `enable_tensor_transport`.
 
-Nothing is copied on the learner's side: the handles point at the weights themselves. The
-learner must keep them unchanged until every runner has copied (the driver waits for every
-runner before the next update) and alive until then (`share` returns what to keep).
+Nothing is copied on the learner's side: the handles point at the weights themselves, which
+must stay unchanged until every runner has copied them (the driver waits for every runner before
+the next update) and alive (they are the learner's parameters: a LoRA learner's merged weights
+or ZeRO-3's gathered ones would be fresh tensors, freed on return, so those are refused).
 """
 
 from __future__ import annotations
@@ -74,10 +75,9 @@ def index_of(uuid: str, visible: list[str]) -> int:
     )
 
 
-def share(state_dict: dict[str, torch.Tensor], version: int
-          ) -> tuple[SharedWeights, list[torch.Tensor]]:
-    """CUDA IPC handles to `state_dict`'s tensors (each storage once), and the tensors to keep
-    alive until every receiver has copied them.
+def share(state_dict: dict[str, torch.Tensor], version: int) -> SharedWeights:
+    """CUDA IPC handles to `state_dict`'s tensors, each storage once. They must outlive every
+    receiver's copy: pass tensors that live on (a model's own state dict).
 
     Raises ValueError unless every tensor is on one CUDA device.
     """
@@ -91,15 +91,14 @@ def share(state_dict: dict[str, torch.Tensor], version: int
             "(num_gpus_per_learner > 0), or use weight_sync_backend='object_store'."
         )
     device = next(iter(devices))
-    keep, tensors = [], []
+    tensors = []
     for spec in layout_of(state_dict):
         tensor = state_dict[spec.name].detach()  # a plain tensor, not a Parameter, rebuilt
         rebuild, handle = reduce_tensor(tensor)
         if rebuild is not rebuild_cuda_tensor:  # a sparse or nested tensor: not a weight here
             raise ValueError(f"cuda_ipc: {spec.name} is not a dense CUDA tensor")
-        keep.append(tensor)
         tensors.append(SharedTensor((spec.name, *spec.aliases), handle))
-    return SharedWeights(int(version), device_uuid(device), tuple(tensors)), keep
+    return SharedWeights(int(version), device_uuid(device), tuple(tensors))
 
 
 def open_shared(shared: SharedWeights) -> Iterator[tuple[str, torch.Tensor]]:

@@ -439,15 +439,11 @@ class RLVRLearner(TorchLearner):
     # --- weight sync by CUDA IPC (an engine on the learner's GPU; see exchange/weight_ipc.py) ---
     def share_weights(self):
         """CUDA IPC handles to the policy's current weights and their version, for engines on
-        this learner's GPU to copy from before the next update."""
+        this learner's GPU to copy from before the next update (full fine-tuning without ZeRO-3:
+        the handles are the parameters themselves; the config rules refuse the rest)."""
         from rllib_llm.exchange.weight_ipc import share
 
-        shared, alive = share(self._policy_weights(), version=self._weights_seq_no)
-        # Only a lifetime anchor, read by no method: merged LoRA or gathered weights are fresh
-        # tensors, freed when this call returns unless held until the runners have copied them
-        # (the next call replaces them; the driver waits for every runner in between).
-        self._shared_weights_alive = alive
-        return shared
+        return share(self._policy_weights(), version=self._weights_seq_no)
 
     def _policy_weights(self) -> dict[str, torch.Tensor]:
         """The causal LM's state dict under its Hugging Face names (what engines load)."""
