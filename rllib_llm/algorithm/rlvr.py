@@ -32,6 +32,10 @@ from rllib_llm.algorithm.async_sampling import (
 )
 from rllib_llm.algorithm.cluster_fit import fit_check
 from rllib_llm.algorithm.collapse import CollapseWatch
+from rllib_llm.algorithm.config_rules.placement import (
+    samples_with_learner_model,
+    shares_learner_model,
+)
 from rllib_llm.algorithm.dynamic_sampling import DYNAMIC_RESULTS, fill_batch
 from rllib_llm.algorithm.fields import check_field
 from rllib_llm.algorithm.held_out_evaluation import (
@@ -40,7 +44,6 @@ from rllib_llm.algorithm.held_out_evaluation import (
     shard_seed,
 )
 from rllib_llm.algorithm.learner_faults import dead_learners, learners_died
-from rllib_llm.algorithm.placement_checks import samples_with_learner_model, shares_learner_model
 from rllib_llm.algorithm.reward_workers import (
     REWARD_MODEL_RESULTS,
     RewardWorkers,

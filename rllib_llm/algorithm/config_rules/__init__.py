@@ -9,8 +9,10 @@ import importlib.util
 from typing import Any
 
 from rllib_llm import core
-from rllib_llm.algorithm.deepspeed_checks import check_deepspeed_settings
-from rllib_llm.algorithm.distillation_checks import check_distillation
+from rllib_llm.algorithm.config_rules.deepspeed import check_deepspeed_settings
+from rllib_llm.algorithm.config_rules.distillation import check_distillation
+from rllib_llm.algorithm.config_rules.placement import check_placement
+from rllib_llm.algorithm.config_rules.reward_model import check_reward_model
 from rllib_llm.algorithm.fields import (
     ALIASES,
     FIELDS_BY_NAME,
@@ -21,8 +23,6 @@ from rllib_llm.algorithm.fields import (
     refuse_changed,
     rule_broken,
 )
-from rllib_llm.algorithm.placement_checks import check_placement
-from rllib_llm.algorithm.reward_model_checks import check_reward_model
 
 # RLlib settings whose unit is an env step (a token here) or that RLVR's fields replace: a
 # non-default value is rejected, naming the field to use instead.
