@@ -3,6 +3,8 @@ and the response fit the model's context, and the overlong buffer fits the respo
 
 from __future__ import annotations
 
+from rllib_llm.algorithm.fields import changed_fields
+
 
 def check_model(cfg) -> None:
     """model_name_or_path (and critic_ and teacher_model_name_or_path) can be loaded: a missing
@@ -59,7 +61,7 @@ def check_overlong(cfg) -> None:
             f"RLVRConfig.overlong_buffer_len={buffer} is longer than response_length="
             f"{cfg.response_length}: the penalty ramps over the last overlong_buffer_len tokens "
             "before response_length; use at most response_length.")
-    if buffer is None and cfg.overlong_penalty_factor != 1.0:
+    if buffer is None and changed_fields(cfg, ("overlong_penalty_factor",)):
         raise ValueError(
             f"RLVRConfig.overlong_penalty_factor={cfg.overlong_penalty_factor} has no effect "
             "without overlong_buffer_len; set overlong_buffer_len (the penalty's ramp) too.")
