@@ -4,7 +4,7 @@ training fields set."""
 
 from __future__ import annotations
 
-from rllib_llm.algorithm.fields import is_number, non_negative_int
+from rllib_llm.algorithm.fields import non_negative_int, positive
 
 # RLlib settings whose unit is an env step (a token here) or that RLVR's fields replace: a
 # non-default value is rejected, naming the field to use instead.
@@ -31,7 +31,7 @@ def check_rllib_settings(cfg) -> None:
             "in the driver process, N >= 1 in N remote env runners); set "
             ".env_runners(num_env_runners=0) to sample in the driver."
         )
-    if cfg.grad_clip is not None and not (is_number(cfg.grad_clip) and cfg.grad_clip > 0):
+    if cfg.grad_clip is not None and positive(cfg.grad_clip) is not None:
         raise ValueError(
             f"RLVRConfig.grad_clip={cfg.grad_clip!r} is invalid: it must be a number > 0 "
             "(the largest gradient norm kept), or None for no clipping."
