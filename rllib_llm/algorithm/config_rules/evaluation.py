@@ -1,8 +1,11 @@
-"""The rules of evaluation: RLlib's evaluation settings that RLVR honours or refuses, and the
-`evaluation_config` overrides (known names, valid values, a valid evaluation config)."""
+"""The rules of evaluation: RLlib's evaluation settings that RLVR honours or refuses, the
+`evaluation_config` overrides (known names, valid values, a valid evaluation config), and the
+held-out problems (never the training ones; RLVR and `rllib-llm eval` check that too, for the
+evaluation config they score with)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rllib_llm.algorithm.fields import (
@@ -35,8 +38,6 @@ def check_evaluation(cfg) -> None:
             "default and set eval_num_problems (and eval_num_samples responses per problem)."
         )
     if cfg.evaluation_interval:  # evaluation will run: its problems must be held out
-        from rllib_llm.algorithm.held_out_evaluation import check_held_out
-
         check_held_out(cfg, cfg.get_evaluation_config_object())
 
 
@@ -79,3 +80,35 @@ def check_evaluation_config_keys(cfg, overrides: dict[str, Any]) -> None:
             f"{did_you_mean(key, names)} It takes "
             "RLVRConfig's settings (rllib_llm/algorithm/fields.py) and RLlib's."
         )
+
+
+def check_held_out(config, eval_config) -> None:
+    """Raise ValueError if `eval_config`'s held-out problems are `config`'s training problems
+    (the same data set and split; a local file has no splits)."""
+    train = _problem_source(config.env_config)
+    held_out = _problem_source({**eval_config.env_config, **eval_config.held_out_env_overrides()})
+    if held_out != train:
+        return
+    dataset, split = train
+    if split is None:
+        raise ValueError(
+            f"RLVRConfig.eval_dataset={eval_config.eval_dataset!r}: evaluation would score the "
+            f"training problems, the local file {dataset!r} (a file has no splits). Set "
+            "eval_dataset to a file of held-out problems."
+        )
+    raise ValueError(
+        f"RLVRConfig.eval_split={eval_config.eval_split!r}: evaluation would score the training "
+        f"problems, split {split!r} of {dataset!r}. Set eval_split to a held-out split (e.g. "
+        "'test') or eval_dataset to a held-out data set."
+    )
+
+
+def _problem_source(env_config: dict[str, Any]) -> tuple[str, str | None]:
+    """(data set, split) an env config reads problems from; split None for a local file."""
+    from rllib_llm.envs.datasets import FILE_SUFFIXES
+    from rllib_llm.envs.env_config import MathVerifyEnvConfig
+
+    dataset = env_config.get("dataset", MathVerifyEnvConfig.dataset)
+    if isinstance(dataset, str) and dataset.endswith(FILE_SUFFIXES):
+        return str(Path(dataset).resolve()), None
+    return dataset, env_config.get("split", MathVerifyEnvConfig.split)
