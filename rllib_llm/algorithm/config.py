@@ -7,7 +7,8 @@
 Every RLVR setting is declared once, with its documentation and rule, in `fields.py`; this
 class, the builder, sets their defaults, accepts them (and ROLL's aliases) in `.training()`, and
 validates them when the algorithm is built: each field by its own rule, then the settings
-derived from others and the rules that tie several together (`config_rules.py`).
+derived from others and the rules that tie several together (`config_rules/`, run in the order
+its `CHECKS` lists).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
 from rllib_llm import core
 from rllib_llm.algorithm import config_rules, config_types
-from rllib_llm.algorithm.config_rules import RLLIB_REPLACED, check_lr
+from rllib_llm.algorithm.config_rules.evaluation import check_evaluation_config_keys
+from rllib_llm.algorithm.config_rules.learners import check_lr
+from rllib_llm.algorithm.config_rules.rllib_settings import RLLIB_REPLACED
 from rllib_llm.algorithm.fields import (
     ALIASES,
     FIELDS,
@@ -113,7 +116,7 @@ class RLVRConfig(AlgorithmConfig):
         their aliases, RLlib's): a misspelt one is an error here, not ignored."""
         overrides = kwargs.get("evaluation_config")
         if isinstance(overrides, dict):
-            config_rules.check_evaluation_config_keys(self, overrides)
+            check_evaluation_config_keys(self, overrides)
         super().evaluation(**kwargs)
         return self
 

@@ -1,11 +1,11 @@
-"""The driver's side of evaluation: which problems are held out, each runner's seed, and the
-metrics of the runners' shards merged (`rllib_llm.rollout.held_out_sampling` scores a shard).
+"""The driver's side of evaluation: each runner's seed, and the metrics of the runners' shards
+merged (`rllib_llm.rollout.held_out_sampling` scores a shard; that the problems are held out is
+a config rule, `config_rules.evaluation.check_held_out`).
 """
 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -59,35 +59,3 @@ def evaluation_metrics(shards: list[EvalShard]) -> dict[str, Any]:
         NUM_SAMPLES: num_samples,
         RESPONSE_LENGTH_MEAN: sum(s.response_tokens for s in shards) / num_samples,
     }
-
-
-def check_held_out(config, eval_config) -> None:
-    """Raise ValueError if `eval_config`'s held-out problems are `config`'s training problems
-    (the same data set and split; a local file has no splits)."""
-    train = _problem_source(config.env_config)
-    held_out = _problem_source({**eval_config.env_config, **eval_config.held_out_env_overrides()})
-    if held_out != train:
-        return
-    dataset, split = train
-    if split is None:
-        raise ValueError(
-            f"RLVRConfig.eval_dataset={eval_config.eval_dataset!r}: evaluation would score the "
-            f"training problems, the local file {dataset!r} (a file has no splits). Set "
-            "eval_dataset to a file of held-out problems."
-        )
-    raise ValueError(
-        f"RLVRConfig.eval_split={eval_config.eval_split!r}: evaluation would score the training "
-        f"problems, split {split!r} of {dataset!r}. Set eval_split to a held-out split (e.g. "
-        "'test') or eval_dataset to a held-out data set."
-    )
-
-
-def _problem_source(env_config: dict[str, Any]) -> tuple[str, str | None]:
-    """(data set, split) an env config reads problems from; split None for a local file."""
-    from rllib_llm.envs.datasets import FILE_SUFFIXES
-    from rllib_llm.envs.env_config import MathVerifyEnvConfig
-
-    dataset = env_config.get("dataset", MathVerifyEnvConfig.dataset)
-    if isinstance(dataset, str) and dataset.endswith(FILE_SUFFIXES):
-        return str(Path(dataset).resolve()), None
-    return dataset, env_config.get("split", MathVerifyEnvConfig.split)

@@ -32,15 +32,15 @@ from rllib_llm.algorithm.async_sampling import (
 )
 from rllib_llm.algorithm.cluster_fit import fit_check
 from rllib_llm.algorithm.collapse import CollapseWatch
+from rllib_llm.algorithm.config_rules.evaluation import check_held_out
+from rllib_llm.algorithm.config_rules.placement import (
+    samples_with_learner_model,
+    shares_learner_model,
+)
 from rllib_llm.algorithm.dynamic_sampling import DYNAMIC_RESULTS, fill_batch
 from rllib_llm.algorithm.fields import check_field
-from rllib_llm.algorithm.held_out_evaluation import (
-    check_held_out,
-    evaluation_metrics,
-    shard_seed,
-)
+from rllib_llm.algorithm.held_out_evaluation import evaluation_metrics, shard_seed
 from rllib_llm.algorithm.learner_faults import dead_learners, learners_died
-from rllib_llm.algorithm.placement_checks import samples_with_learner_model, shares_learner_model
 from rllib_llm.algorithm.reward_workers import (
     REWARD_MODEL_RESULTS,
     RewardWorkers,

@@ -1,6 +1,6 @@
-"""Placement honoured or refused (exchange/devices.py, algorithm/placement_checks.py): in one
-process the sampler samples on the learner's device and the shared model never moves; a process
-given a GPU it cannot see fails clearly; every process reports its device.
+"""Placement honoured or refused (exchange/devices.py, algorithm/config_rules/placement.py): in
+one process the sampler samples on the learner's device and the shared model never moves; a
+process given a GPU it cannot see fails clearly; every process reports its device.
 
 No GPU here: a device the runner's config would give it that differs from the learner's is
 played by the "meta" device (RLlib's get_device, as the env runner calls it, returns it), which

@@ -1,4 +1,4 @@
-"""The checks of on-policy distillation's settings (teacher_model_name_or_path,
+"""The rules of on-policy distillation's settings (teacher_model_name_or_path,
 distillation_coef, verifier_advantage_coef): a teacher the learner cannot use as documented is
 refused here, before anything is loaded on a learner."""
 

@@ -1,4 +1,4 @@
-"""The checks of the reward-model settings (reward_model_name_or_path and the settings of its
+"""The rules of the reward-model settings (reward_model_name_or_path and the settings of its
 workers, weights and judge): settings that would do nothing, or a judge whose tokenizer cannot
 answer in one token, are refused here, before any worker is started."""
 

@@ -1,4 +1,4 @@
-"""The checks of RLVRConfig's DeepSpeed settings: rejected where a torch learner would ignore
+"""The rules of RLVRConfig's DeepSpeed settings: rejected where a torch learner would ignore
 them, or where they ask for what the DeepSpeed learner does not (yet) do. (Here, beside the config
 that calls them: the learner layer, which builds DeepSpeed's config, may not import the fields.)"""
 

@@ -1,4 +1,4 @@
-"""The checks of where RLVRConfig puts its processes, and of its memory budgets: a placement the
+"""The rules of where RLVRConfig puts its processes, and of its memory budgets: a placement the
 config cannot honour is refused here, before anything is built, never silently changed."""
 
 from __future__ import annotations
