@@ -82,7 +82,7 @@ def test_a_killed_runner_is_restored_with_current_weights_and_rejoins_the_group(
 
 
 def test_broadcast_settings_are_validated():
-    with pytest.raises(ValueError, match="weight_sync_backend='gloo' broadcasts to remote env "
+    with pytest.raises(ValueError, match="weight_sync_backend='gloo' sends to remote env "
                                          "runners, but num_env_runners=0"):
         embedded_config("topr", **TINY).env_runners(weight_sync_backend="gloo").validate()
     with pytest.raises(ValueError, match="weight_sync_backend='mpi' is invalid: it must be one "
@@ -90,6 +90,29 @@ def test_broadcast_settings_are_validated():
         embedded_config("topr", **TINY).env_runners(weight_sync_backend="mpi").validate()
     with pytest.raises(ValueError, match="weight_sync_bucket_bytes=0 is invalid"):
         broadcast_config().env_runners(weight_sync_bucket_bytes=0).validate()
+
+
+def test_cuda_ipc_is_refused_where_it_could_not_share_the_learners_parameters():
+    def ipc(**training):
+        return broadcast_config(**training).env_runners(weight_sync_backend="cuda_ipc")
+
+    def on_one_gpu(config):
+        return config.learners(num_gpus_per_learner=0.5).env_runners(num_gpus_per_env_runner=0.5)
+
+    with pytest.raises(ValueError, match="'cuda_ipc' hands the learner's weights on its GPU to "
+                                         "env runners on the same GPU, and num_gpus_per_learner"
+                                         "=0, num_gpus_per_env_runner=0"):
+        ipc().validate()
+    with pytest.raises(ValueError, match="num_gpus_per_env_runner=0\. Give"):
+        ipc().learners(num_gpus_per_learner=0.5).validate()
+    with pytest.raises(ValueError, match="rollout_engine='vllm'.*Use weight_sync_backend='nccl'"):
+        on_one_gpu(ipc()).env_runners(rollout_engine="vllm").validate()
+    with pytest.raises(ValueError, match="lora_rank > 0: the merged weights are new tensors"):
+        on_one_gpu(ipc(lora_rank=4)).validate()
+    with pytest.raises(ValueError, match="ZeRO-3: the gathered weights are new tensors"):
+        on_one_gpu(ipc(learner_strategy="deepspeed", zero_stage=3)).learners(
+            num_learners=1).validate()
+    on_one_gpu(ipc()).validate()  # a learner and a torch-engine runner sharing one GPU
 
 
 def test_nccl_without_gpus_fails_at_the_first_sync_and_says_to_use_gloo():

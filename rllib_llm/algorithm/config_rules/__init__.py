@@ -29,7 +29,7 @@ from rllib_llm.algorithm.config_rules.learners import (
     check_model_dtype,
 )
 from rllib_llm.algorithm.config_rules.model import check_lengths, check_model, check_overlong
-from rllib_llm.algorithm.config_rules.placement import check_placement
+from rllib_llm.algorithm.config_rules.placement import check_cuda_ipc_sync, check_placement
 from rllib_llm.algorithm.config_rules.reward_model import check_reward_model
 from rllib_llm.algorithm.config_rules.rllib_settings import check_env_config, check_rllib_settings
 from rllib_llm.algorithm.config_rules.sampling import (
@@ -49,6 +49,7 @@ CHECKS: tuple[Callable[..., None], ...] = (
     check_critic,
     check_groups,
     check_placement,
+    check_cuda_ipc_sync,
     check_rollout_engine,
     check_rollout_rejection,
     check_async,

@@ -58,7 +58,7 @@ def check_learners(cfg) -> None:
     if cfg.weight_sync_backend != "object_store":
         raise ValueError(
             f"RLVRConfig.weight_sync_backend={cfg.weight_sync_backend!r} with num_learners="
-            f"{learners}: the broadcast group has one sending learner; several learners sync "
+            f"{learners}: a direct sync has one sending learner; several learners sync "
             "through the object store (weight_sync_backend='object_store'), from learner 0."
         )
 

@@ -27,6 +27,37 @@ def samples_with_learner_model(cfg) -> bool:
     return shares_learner_model(cfg) and cfg.rollout_engine == "torch"
 
 
+def check_cuda_ipc_sync(cfg) -> None:
+    """weight_sync_backend='cuda_ipc': the learner's own parameters, on a GPU, read in place by
+    torch engines on that GPU (exchange/weight_ipc.py)."""
+    if cfg.weight_sync_backend != "cuda_ipc" or cfg.in_evaluation:
+        return
+    no_gpu = [name for name in ("num_gpus_per_learner", "num_gpus_per_env_runner")
+              if not getattr(cfg, name)]
+    if no_gpu:
+        raise ValueError(
+            f"RLVRConfig.weight_sync_backend='cuda_ipc' hands the learner's weights on its GPU to "
+            f"env runners on the same GPU, and {', '.join(f'{n}=0' for n in no_gpu)}. Give the "
+            "learner and the runners shares of one GPU (e.g. 0.5 each), or use "
+            "weight_sync_backend='object_store'."
+        )
+    if cfg.rollout_engine != "torch":
+        raise ValueError(
+            f"RLVRConfig.weight_sync_backend='cuda_ipc' loads into the torch engine; with "
+            f"rollout_engine={cfg.rollout_engine!r} the weights live in vLLM's worker processes. "
+            "Use weight_sync_backend='nccl' (or 'object_store')."
+        )
+    fresh = ("lora_rank > 0: the merged weights" if cfg.lora_rank else
+             "ZeRO-3: the gathered weights" if cfg.learner_strategy == "deepspeed"
+             and cfg.zero_stage == 3 else None)
+    if fresh:
+        raise ValueError(
+            f"RLVRConfig.weight_sync_backend='cuda_ipc' shares the learner's parameters in "
+            f"place; with {fresh} are new tensors at each sync, freed before the runners could "
+            "read them. Use weight_sync_backend='object_store'."
+        )
+
+
 def check_placement(cfg) -> None:
     """Raise ValueError for a placement or budget the config's processes cannot honour."""
     if cfg.in_evaluation:

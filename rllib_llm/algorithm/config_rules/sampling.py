@@ -26,7 +26,7 @@ def check_rollout_engine(cfg) -> None:
     if cfg.weight_sync_backend != "object_store" and cfg.num_env_runners < 1 and \
             not cfg.in_evaluation:
         raise ValueError(
-            f"RLVRConfig.weight_sync_backend={cfg.weight_sync_backend!r} broadcasts to "
+            f"RLVRConfig.weight_sync_backend={cfg.weight_sync_backend!r} sends to "
             "remote env runners, but num_env_runners=0 samples in the driver, where the "
             "weights arrive by a memory copy anyway. Set num_env_runners >= 1 or "
             "weight_sync_backend='object_store'."
@@ -85,7 +85,7 @@ def check_async(cfg) -> None:
     if cfg.weight_sync_backend != "object_store":
         raise ValueError(
             f"RLVRConfig.weight_sync_backend={cfg.weight_sync_backend!r} with "
-            f"async_generation_ratio={k}: a broadcast needs every runner to join at once, "
+            f"async_generation_ratio={k}: a direct sync needs every runner's answer at once, "
             "which would wait for the generation in flight; asynchronous training pushes "
             "weights through the object store (weight_sync_backend='object_store')."
         )
