@@ -103,7 +103,7 @@ def test_cuda_ipc_is_refused_where_it_could_not_share_the_learners_parameters():
                                          "env runners on the same GPU, and num_gpus_per_learner"
                                          "=0, num_gpus_per_env_runner=0"):
         ipc().validate()
-    with pytest.raises(ValueError, match="num_gpus_per_env_runner=0\. Give"):
+    with pytest.raises(ValueError, match="num_gpus_per_env_runner=0\\. Give"):
         ipc().learners(num_gpus_per_learner=0.5).validate()
     with pytest.raises(ValueError, match="rollout_engine='vllm'.*Use weight_sync_backend='nccl'"):
         on_one_gpu(ipc()).env_runners(rollout_engine="vllm").validate()
