@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rllib_llm.envs.token_mdp import is_correct
-from rllib_llm.exchange.columns import PROMPT_IDS, PROMPT_INDEX
+from rllib_llm.exchange.columns import PROMPT_IDS, PROMPT_INDEX, is_correct
 from rllib_llm.rollout.engine import SamplingParams
 from rllib_llm.rollout.turn_loop import run_multi_turn
 
