@@ -9,7 +9,7 @@ at a random length in [tokens/2, tokens] (terminated). Phases, as the env runner
 connector run them:
 - verify: `env.verify_responses` (decode, answer extraction, comparison);
 - build episodes: the runner replays every response through the env (`step_chunk`) into a
-  `SingleAgentEpisode` (`RLVREnvRunner.build_episodes`);
+  `SingleAgentEpisode` (`episode_building.build_episodes`);
 - pack: episodes -> the (B, T) tensors of the learner batch (`packing.pack_episodes`).
 
 Prints a Markdown table: wall and CPU seconds (the median of `--repeats`, garbage collected
@@ -93,6 +93,7 @@ def main() -> None:
     from rllib_llm.learner.packing import pack_episodes
     from rllib_llm.recipes.embedded import embedded_config
     from rllib_llm.rollout.env_runner import RLVREnvRunner
+    from rllib_llm.rollout.episode_building import build_episodes
 
     config = embedded_config("topr", rollout_batch_size=args.prompts,
                              num_return_sequences_in_group=args.group,
@@ -105,14 +106,18 @@ def main() -> None:
     num_tokens = sum(len(t) for t in flat_tokens)
     verify = lambda: env.verify_responses(flat_indices, flat_tokens)  # noqa: E731
     verdicts = verify()
-    episodes = runner.build_episodes(env, indices, responses, verdicts)
+    group_ids = [f"0-{g}" for g in range(len(indices))]  # (the runner's form)
+
+    def build():
+        return build_episodes(env, indices, responses, verdicts, group_ids=group_ids,
+                              weight_version=0)
+
+    episodes = build()
     pad = env.tokenizer.pad_token_id
     results = {
         "verify": measure(verify, args.repeats),
-        # As in `RLVREnvRunner._episodes`, each replay follows the batch's verification.
-        "build episodes": measure(
-            lambda: runner.build_episodes(env, indices, responses, verdicts), args.repeats,
-            setup=verify),
+        # As in `RLVREnvRunner._sample`, each replay follows the batch's verification.
+        "build episodes": measure(build, args.repeats, setup=verify),
         "pack": measure(lambda: pack_episodes(episodes, args.group, pad), args.repeats),
     }
 

@@ -11,7 +11,7 @@ Held-out accuracy (500 test problems, 4 samples each) is measured
 - without it: "math_verify" over the same problems with the same checkpoint, where a tool call
   gets no answer (the model has to multiply by itself);
 before and after training, with the model's behaviour step by step (`tool_use_rates` of
-scripts/pretrain_embedded.py, one sample per problem: how often it calls the tool, calls it
+rllib_llm/models/checkpoint_rates.py, one sample per problem: how often it calls the tool, calls it
 right, copies the output, and answers right when it answers at once), and seconds per iteration
 and per phase.
 """
@@ -21,10 +21,8 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 import ray
@@ -34,14 +32,12 @@ from rllib_llm.envs.sandbox import sandbox_report
 
 from rllib_llm import RLVRConfig
 from rllib_llm.models import load_tokenizer
+from rllib_llm.models.checkpoint_rates import tool_use_rates
 from rllib_llm.recipes.embedded import (
     EMBEDDED_TOOL_ENV,
     EMBEDDED_TOOL_TRAINING,
     embedded_tool_config,
 )
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from pretrain_embedded import tool_use_rates  # noqa: E402
 
 EVAL_PROBLEMS, EVAL_SAMPLES = 500, 4
 

@@ -7,8 +7,10 @@ algorithm of the embedded task in one process builds its learner; a batch of `--
 rows, all of the same length (`--prompt` random prompt tokens and `--tokens` response tokens:
 no early EOS, so the batch is exactly responses x length tokens), goes through what an iteration
 does with it — a no-grad scoring pass (the old log-probs, as recompute_old_logp does) and one
-optimizer step (PPO's loss) — after a warm-up on a small batch (Adam's state exists). The
-process's peak RSS is reset before (VmHWM) and read after: the update's peak above its start.
+optimizer step (PPO's loss, through the learner's public `update`, RLlib's way in for a batch
+that is already the connector's output) — after a warm-up on a small batch (Adam's state
+exists). The process's peak RSS is reset before (VmHWM) and read after: the update's peak above
+its start.
 
 Budgets: the default `max_tokens_per_micro_batch` and None (the whole mini-batch in one
 forward, what the learner did before the budget existed). Prints a Markdown table: tokens,
@@ -52,6 +54,7 @@ def measure(args: argparse.Namespace) -> dict:
     import ray
     import torch
     from ray.rllib.core import DEFAULT_MODULE_ID
+    from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
     from rllib_llm.recipes.embedded import embedded_config
 
@@ -70,7 +73,8 @@ def measure(args: argparse.Namespace) -> dict:
     def iteration(rows: int, seed: int) -> None:
         batch = batch_of(rows, args.prompt, args.tokens, vocab, seed)
         batch["old_logp"] = module.score_tokens(batch, reference=False)
-        learner._update({DEFAULT_MODULE_ID: batch})
+        learner.update(batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(batch)},
+                                             env_steps=rows))
 
     iteration(8, seed=1)  # warm-up: Adam's state, allocator pools
     before = reset_peak_rss()

@@ -49,8 +49,9 @@ from rllib_llm.algorithm.reward_workers import (
 from rllib_llm.algorithm.sync_sampling import sample_remote
 from rllib_llm.algorithm.weight_sync import direct_weight_sync
 from rllib_llm.exchange.devices import announce
-from rllib_llm.rollout.env_runner import SAMPLER_STATE, check_env
+from rllib_llm.rollout.env_setup import check_env
 from rllib_llm.rollout.held_out_sampling import EvalShard
+from rllib_llm.rollout.sampler_state import SAMPLER_STATE
 
 logger = logging.getLogger(__name__)
 

@@ -111,7 +111,7 @@ class RunFile:
         """Build the training env once, as RLVR does before its runners start (its dataset read
         and checked), raised as ConfigFileError naming the file: a bad data file fails in
         seconds with its own message, not in a Tune trial a minute later. After `check()`."""
-        from rllib_llm.rollout.env_runner import check_env
+        from rllib_llm.rollout.env_setup import check_env
 
         try:
             check_env(self.to_config())

@@ -1,13 +1,17 @@
 """The batch contract: every column name rollout and learning share. The env runner writes the
 episode data into episodes, the learner connector reads them back and builds the learner batch,
 and the learner and its RLModule read the batch's columns: all by these names, none spelled out
-elsewhere. (The env's own reset and step info keys are `envs.token_mdp`'s, re-exported here.)"""
+elsewhere. (The env's own reset and step info keys are `envs.token_mdp`'s, re-exported here,
+with its two episode conventions both sides read: the shared empty step info and what makes a
+response correct.)"""
 
 from __future__ import annotations
 
-from rllib_llm.envs.token_mdp import ENV_TOKENS, PROMPT_IDS, PROMPT_INDEX
+from rllib_llm.envs.token_mdp import EMPTY_INFO, ENV_TOKENS, PROMPT_IDS, PROMPT_INDEX, is_correct
 
-__all__ = ["ENV_TOKENS", "PROMPT_IDS", "PROMPT_INDEX"]  # (re-exported: the env's info keys)
+# (Re-exported: the env's info keys, its shared empty step info, and the verdict of an episode's
+# final info that the runner's accuracy and the learner's CORRECT column both read.)
+__all__ = ["EMPTY_INFO", "ENV_TOKENS", "PROMPT_IDS", "PROMPT_INDEX", "is_correct"]
 
 # Episode data the env runner adds to what the environment returns.
 GROUP_ID = "group_id"  # reset info: one id shared by the responses to the same prompt
@@ -29,7 +33,7 @@ VALUES = "values"  # (B, T) float32: the critic's V_old at rollout time (adv_est
 RETURNS = "returns"  # (B, T) float32: GAE's returns, the critic's targets
 MC_RETURNS = "mc_returns"  # (B, T) float32: Monte-Carlo returns, value pretraining's targets
 VALUE_TARGETS = "value_targets"  # (B, T) float32: RETURNS or MC_RETURNS, whichever trains now
-CORRECT = "correct"  # (B,) float32, 1.0 where the response is correct (token_mdp.is_correct)
+CORRECT = "correct"  # (B,) float32, 1.0 where the response is correct (is_correct)
 
 # The RLModule's forward_train outputs the learner's loss reads (VALUES too, with a critic).
 LOGP = "logp"  # (B, T): log pi(response token) under the current weights

@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from rllib_llm.envs.token_mdp import EMPTY_INFO, is_correct
 from rllib_llm.exchange.columns import (
     ACTION_LOGP,
     ACTION_MASK,
     ATTENTION_MASK,
     CORRECT,
+    EMPTY_INFO,
     ENV_TOKENS,
     GROUP_ID,
     INPUT_IDS,
@@ -33,6 +33,7 @@ from rllib_llm.exchange.columns import (
     SCORES,
     TRUNCATED,
     TURN_REWARDS,
+    is_correct,
 )
 
 
@@ -49,7 +50,7 @@ class EpisodeTokens:
         score: the reward of the episode's last step (the verifier's).
         turn_rewards: (T_i,) float32, rewards a multi-turn env paid before the last step, on the
             agent token they came with (0.0 elsewhere), or None when there are none.
-        correct: the verifier's verdict (`token_mdp.is_correct`).
+        correct: the verifier's verdict (`columns.is_correct`).
         group_id: shared by the responses to one prompt.
         truncated: the episode ended by truncation (the response limit, no EOS).
     """

@@ -13,16 +13,19 @@ thread pool (tool calls run concurrently), continue, with one env per running ep
 
 With partial rollouts (`partial_rollout_max_split` > 1, `rollout.partial_rollouts`) responses are
 generated in segments, and those unfinished when a call holds its groups go on in the next call.
+
+The runner holds the jobs together; each lives in a module of its own: the env it samples from
+(`env_setup`), its engine (`engine_setup`), responses into episodes (`episode_building`), the
+envs of concurrent multi-turn episodes (`episode_envs`), held-out evaluation
+(`held_out_sampling`), the sampler's seeds, group ids and checkpoint part (`sampler_state`) and
+the metrics of a call (`sample_metrics`). Weight sync stays here, on the runner.
 """
 
 from __future__ import annotations
 
-import itertools
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import numpy as np
 import ray
 import torch
 from ray.rllib.core import COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
@@ -37,24 +40,18 @@ from rllib_llm.exchange.columns import PROMPT_IDS, PROMPT_INDEX
 from rllib_llm.exchange.devices import (
     IS_GPU,
     announce,
-    device_default,
     is_gpu,
     module_device,
     require_visible_gpu,
 )
-from rllib_llm.exchange.memory_budgets import AUTO, generate_budget
 from rllib_llm.exchange.threads import set_torch_threads
-from rllib_llm.models import DTYPES
-from rllib_llm.rollout.decode_graphs import cuda_graph_decode
+from rllib_llm.rollout import episode_building
 from rllib_llm.rollout.engine import SamplingParams
-from rllib_llm.rollout.held_out_sampling import (
-    EvalShard,
-    score_held_out,
-    score_held_out_multi_turn,
-    shard_indices,
-)
-from rllib_llm.rollout.partial_rollouts import InFlight
-from rllib_llm.rollout.replay import replay_response
+from rllib_llm.rollout.engine_setup import make_engine
+from rllib_llm.rollout.env_setup import env_config_for, make_env, share_prompts
+from rllib_llm.rollout.episode_envs import EpisodeEnvs
+from rllib_llm.rollout.held_out_sampling import EvalShard, HeldOutEnv, score_shard
+from rllib_llm.rollout.partial_rollouts import in_flight_for
 from rllib_llm.rollout.sample_metrics import (
     IDLE_S,
     NUM_DROPPED_PROMPTS,
@@ -65,60 +62,13 @@ from rllib_llm.rollout.sample_metrics import (
     log_sample_metrics,
     log_turn_metrics,
 )
-from rllib_llm.rollout.turn_loop import (
-    MAX_TOOL_THREADS,
-    run_multi_turn,
-    to_single_agent_episode,
+from rllib_llm.rollout.sampler_state import (
+    SAMPLER_STATE,
+    SampleCounts,
+    restore_sampler_state,
+    sampler_state,
 )
-
-# This runner's part of a checkpoint that RLlib's EnvRunner state leaves out.
-SAMPLER_STATE = "rlvr_sampler"
-
-def env_config_for(config, worker_index: int) -> dict[str, Any]:
-    """The env config runner `worker_index` (0: the driver's) builds its env from under `config`:
-    the user's `env_config` plus the model, prompt and response lengths and a per-runner seed."""
-    env_config = dict(config.env_config)
-    env_config.update(
-        model=config.model_name_or_path,
-        prompt_length=config.resolved_prompt_length,
-        response_length=config.response_length,
-        seed=(config.seed or 0) + worker_index,
-    )
-    return env_config
-
-
-def make_env(env_id, env_config: dict[str, Any]):
-    """The env `environment(env_id)` names (registered name or class), built from `env_config`."""
-    from ray.tune.registry import ENV_CREATOR, _global_registry
-
-    from rllib_llm.envs import register_envs
-
-    register_envs()
-    if isinstance(env_id, str):
-        if not _global_registry.contains(ENV_CREATOR, env_id):
-            raise ValueError(
-                f"environment({env_id!r}) is not a registered environment; rllib_llm "
-                "registers 'math_verify' (register yours with ray.tune.register_env)."
-            )
-        return _global_registry.get(ENV_CREATOR, env_id)(env_config)
-    if env_id is None:
-        raise ValueError("RLVRConfig needs an environment: call .environment('math_verify').")
-    return env_id(env_config)
-
-
-def check_env(config) -> None:
-    """Build the training env as the driver's runner would, and close it: its dataset and
-    settings are checked here, in this process, with the env's own error.
-
-    RLVR runs this before any runner starts. A remote runner whose env fails to build dies in
-    its constructor, and the driver then sees only RLlib's `IndexError` while it looks for the
-    runner's spaces, tens of seconds later. Cheap: the driver's runner builds the same env
-    next, from the process's cached tokenizer and problem set (envs/problem_set.py).
-    """
-    env = make_env(config.env, env_config_for(config, 0))
-    close = getattr(env, "close", None)
-    if close is not None:
-        close()
+from rllib_llm.rollout.turn_loop import run_multi_turn
 
 
 class RLVREnvRunner(EnvRunner, Checkpointable):
@@ -131,36 +81,24 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
 
     def __init__(self, *, config, **kwargs):
         super().__init__(config=config, **kwargs)
-        set_torch_threads(self.config.num_torch_threads)
-        self._counter = itertools.count()
-        self._sample_calls = 0  # training sample() calls so far: they seed the sampler
+        cfg = self.config
+        set_torch_threads(cfg.num_torch_threads)
+        self._counts = SampleCounts()  # training sample calls (seeds) and groups (ids) so far
+        self.last_sample_seed: int | None = None  # the last training call's sampling seed
         self._weights_seq_no = 0  # version of the weights the engine samples with
         self._module_seq_no = 0  # version of the weights in self.module (what get_state returns)
         self._last_sample_end: float | None = None  # perf_counter() when sample() last returned
         self.env = self._make_env(self._env_config())
-        self._share_prompts()
-        self._eval_env = None
-        self._eval_env_config: dict[str, Any] | None = None  # what _eval_env was built from
+        share_prompts(self.env, worker_index=self.worker_index or 0,
+                      num_runners=cfg.num_env_runners, seed=cfg.seed or 0)
+        self._held_out = HeldOutEnv(self._make_env)
         self.make_module()
         self._engine = None  # built on first use: a driver-side runner may only ever evaluate
-        self._episode_envs: dict[int, list[Any]] = {}  # multi-turn: id(env) -> one env per
-        # running episode, spawned from env (the training env's, the held-out env's)
-        self._executor: ThreadPoolExecutor | None = None  # multi-turn: steps envs at once
-        self._in_flight = self._partial_rollouts()
-
-    def _partial_rollouts(self) -> InFlight | None:
-        """The groups in flight between calls with partial rollouts; None without them."""
-        split = self.config.partial_rollout_max_split
-        if split == 1:
-            return None
-        if getattr(self.env, "multi_turn", False):
-            self.env.close()  # (its tools' and verifier's processes)
-            raise ValueError(
-                f"RLVRConfig.partial_rollout_max_split={split} with the multi-turn environment "
-                f"{self.config.env!r}: partial rollouts continue single responses, not "
-                "turns between tool calls; set partial_rollout_max_split=1.")
-        return InFlight(split, self.config.response_length,
-                        self.config.num_return_sequences_in_group)
+        self._episode_envs = EpisodeEnvs()  # multi-turn: one env per running episode
+        self._in_flight = in_flight_for(  # partial rollouts: the groups kept between calls
+            self.env, max_split=cfg.partial_rollout_max_split, env_name=cfg.env,
+            response_length=cfg.response_length,
+            group_size=cfg.num_return_sequences_in_group)
 
     @property
     def engine(self):
@@ -189,6 +127,9 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         """The env's config under `config` (default: this runner's)."""
         return env_config_for(config or self.config, self.worker_index or 0)
 
+    def _make_env(self, env_config: dict[str, Any]):
+        return make_env(self.config.env, env_config)
+
     def share_policy_model(self, model) -> None:
         """Sample with `model`, the local learner's own policy model, instead of this runner's
         copy (freed): in one process sampling and updates take turns, so the sampler always
@@ -201,18 +142,6 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         self._device = module_device(model)
         if rebuild:  # a torch engine samples from the module's model: rebuilt around this one
             self._engine = None
-
-    def _share_prompts(self) -> None:
-        """Remote runner i of n draws share i - 1 of every epoch's prompts, from the order all
-        runners seed alike: the runners of an iteration never sample the same prompt. (An env
-        without `shard_order` walks its own order, seeded per runner.)"""
-        runners = self.config.num_env_runners
-        shard_order = getattr(self.env, "shard_order", None)
-        if runners and self.worker_index and shard_order is not None:
-            shard_order(self.worker_index - 1, runners, self.config.seed or 0)
-
-    def _make_env(self, env_config: dict[str, Any]):
-        return make_env(self.config.env, env_config)
 
     def make_module(self) -> None:
         spec = self.config.get_rl_module_spec(spaces=self.get_spaces(), inference_only=True)
@@ -234,68 +163,17 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         return self._device
 
     def _make_engine(self):
-        cfg, tok = self.config, self.env.tokenizer
-        who = f"env runner {self.worker_index}" if self.worker_index else "the driver's env runner"
-        if cfg.rollout_engine == "vllm":
-            from rllib_llm.models import resolve_path
-            from rllib_llm.rollout.vllm_engine import VLLMRolloutEngine
-
-            # "auto": CUDA graphs on a GPU, eager on a CPU.
-            eager = device_default(cfg.vllm_enforce_eager, self._device, gpu=False, cpu=True)
-            if cfg.vllm_enforce_eager == AUTO and self._device.type == "cuda":
-                announce(f"{who}'s vLLM engine", self._device,
-                         f"vllm_enforce_eager={eager} (auto: CUDA graphs)")
-            return VLLMRolloutEngine(
-                resolve_path(cfg.model_name_or_path),
-                eos_token_id=tok.eos_token_id,
-                dtype=cfg.model_dtype,
-                seed=(cfg.seed or 0) + (self.worker_index or 0),
-                gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
-                kv_cache_memory_bytes=cfg.vllm_kv_cache_memory_bytes,
-                tensor_parallel_size=cfg.vllm_tensor_parallel_size,
-                enforce_eager=eager,
-                max_num_seqs=cfg.vllm_max_num_seqs,
-                enable_sleep_mode=cfg.vllm_enable_sleep_mode,
-            )
-        from rllib_llm.rollout.torch_engine import TorchRolloutEngine
-
-        # Sized for the device the engine computes on, now that the model is there.
-        budget, sized = generate_budget(cfg.max_tokens_per_generate_batch, self._device,
-                                        self.module.model, cfg.device_memory_share)
-        graphs = cuda_graph_decode(cfg.torch_engine_cuda_graphs, self._device, self.module.model)
-        if sized or graphs.note:
-            announce(f"{who}'s torch engine", self._device,
-                     ", ".join(note for note in (sized, graphs.note) if note))
-        # The learners' mixed precision, where the sampler is to sample under it too.
-        autocast = cfg.autocast_dtype if cfg.sampler_autocast else None
-        return TorchRolloutEngine(
-            self.module.model, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-            device=self._device, max_tokens_per_batch=budget,
-            autocast_dtype=None if autocast is None else DTYPES[autocast],
-            decode_step="cuda_graph" if graphs.on else "eager",
-            graph_fallback=cfg.torch_engine_cuda_graphs == AUTO,
-        )
+        return make_engine(self.config, tokenizer=self.env.tokenizer, model=self.module.model,
+                           device=self._device, worker_index=self.worker_index or 0)
 
     def _sampling(self) -> SamplingParams:
-        """The sampling parameters of the next training `sample()` call.
-
-        Each call gets its own seed, mixed from the config's seed, this runner's index and the
-        number of calls so far: two runners never draw with the same seed, and a run resumed
-        from a checkpoint (which holds the call count) draws what the uninterrupted run would.
-        """
+        """The sampling parameters of the next training `sample()` call, with a seed of its own
+        (`SampleCounts.next_seed`): a run resumed from a checkpoint (which holds the count)
+        draws what the uninterrupted run would."""
         cfg = self.config
-        seed = None
-        if cfg.seed is not None:
-            mix = np.random.SeedSequence([cfg.seed, self.worker_index or 0, self._sample_calls])
-            seed = int(mix.generate_state(1)[0])
-        self._sample_calls += 1
-        self.last_sample_seed = seed
-        return SamplingParams(
-            temperature=cfg.temperature,
-            top_p=cfg.top_p,
-            max_tokens=cfg.response_length,
-            seed=seed,
-        )
+        self.last_sample_seed = self._counts.next_seed(cfg.seed, self.worker_index or 0)
+        return SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p,
+                              max_tokens=cfg.response_length, seed=self.last_sample_seed)
 
     # --- sampling -------------------------------------------------------------------------------
     def num_prompts_per_sample(self) -> int:
@@ -319,16 +197,18 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
             return self._sample_partial(num_prompts)
         n = self.config.num_return_sequences_in_group
         prompts = [self.env.reset() for _ in range(num_prompts)]  # (obs, info) per prompt
-        if getattr(self.env, "multi_turn", False):
-            return self._sample_multi_turn([info[PROMPT_INDEX] for _, info in prompts], n)
         indices = [info[PROMPT_INDEX] for _, info in prompts]
+        if getattr(self.env, "multi_turn", False):
+            return self._sample_multi_turn(indices, n)
         t0 = time.perf_counter()
         responses = self.engine.generate([info[PROMPT_IDS] for _, info in prompts], n,
                                          self._sampling())
         t1 = time.perf_counter()
-        verdicts = self._verify(self.env, indices, responses)
+        verdicts = episode_building.verify_groups(self.env, indices, responses)
         t2 = time.perf_counter()
-        episodes = self.build_episodes(self.env, indices, responses, verdicts)
+        episodes = episode_building.build_episodes(
+            self.env, indices, responses, verdicts, group_ids=self._group_ids(len(indices)),
+            weight_version=self.engine.weight_version)
         t3 = time.perf_counter()
         self._log_sample_metrics(episodes, SampleTimes(t1 - t0, t2 - t1, t3 - t2))
         return episodes
@@ -339,14 +219,10 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         groups = self._in_flight.sample_groups(num_prompts, self._start_group, self.engine,
                                                self._sampling())
         t1 = time.perf_counter()
-        flat = [(g, r) for g in groups for r in g.responses]
-        verdicts = self.env.verify_responses([g.prompt_index for g, _ in flat],
-                                             [r.token_ids for _, r in flat])
+        flat = episode_building.partial_responses(groups)
+        verdicts = episode_building.verify_partial(self.env, flat)
         t2 = time.perf_counter()
-        episodes = [replay_response(self.env, g.prompt_index, r.response(), group_id=g.group_id,
-                                    weight_version=np.asarray(r.versions, dtype=np.int64),
-                                    verification=verdict)
-                    for (g, r), verdict in zip(flat, verdicts, strict=True)]
+        episodes = episode_building.build_partial_episodes(self.env, flat, verdicts)
         self._log_sample_metrics(episodes,
                                  SampleTimes(t1 - t0, t2 - t1, time.perf_counter() - t2))
         log_partial_metrics(self.metrics, self._in_flight, [r for _, r in flat])
@@ -355,63 +231,27 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
     def _start_group(self) -> tuple[int, list[int], str]:
         """The next prompt of the env, for a new group: (prompt index, prompt ids, group id)."""
         _, info = self.env.reset()
-        return info[PROMPT_INDEX], list(info[PROMPT_IDS]), \
-            f"{self.worker_index or 0}-{next(self._counter)}"
+        return info[PROMPT_INDEX], list(info[PROMPT_IDS]), self._group_ids(1)[0]
+
+    def _group_ids(self, count: int) -> list[str]:
+        """Ids for `count` new groups, unique over the runners of a run."""
+        return [self._counts.next_group_id(self.worker_index or 0) for _ in range(count)]
 
     def _sample_multi_turn(self, prompt_indices: list[int], n: int) -> list[SingleAgentEpisode]:
         """Episodes of a multi-turn env, turn by turn (`rollout.turn_loop`); generation and
         env steps (tools, verification) interleave, so their time is reported together, as
         generation; making the finished episodes is the replay."""
         t0 = time.perf_counter()
-        finished = run_multi_turn(self.envs_for(self.env, len(prompt_indices) * n),
-                                  self.engine, prompt_indices, n, self._sampling(),
-                                  self.executor)
+        envs = self._episode_envs.spawn(self.env, len(prompt_indices) * n)
+        finished = run_multi_turn(envs, self.engine, prompt_indices, n, self._sampling(),
+                                  self._episode_envs.executor)
         t1 = time.perf_counter()
-        version = self.engine.weight_version
-        episodes = []
-        for g in range(len(prompt_indices)):
-            group_id = f"{self.worker_index or 0}-{next(self._counter)}"
-            episodes += [to_single_agent_episode(e, group_id=group_id, weight_version=version)
-                         for e in finished[g * n:(g + 1) * n]]
+        episodes = episode_building.multi_turn_episodes(
+            finished, n, group_ids=self._group_ids(len(prompt_indices)),
+            weight_version=self.engine.weight_version)
         self._log_sample_metrics(episodes,
                                  SampleTimes(t1 - t0, replay=time.perf_counter() - t1))
         log_turn_metrics(self.metrics, episodes)
-        return episodes
-
-    def envs_for(self, env, count: int) -> list[Any]:
-        """`count` envs for concurrent episodes, spawned from `env` once and then reused."""
-        pool = self._episode_envs.setdefault(id(env), [])
-        while len(pool) < count:
-            pool.append(env.spawn())
-        return pool[:count]
-
-    @property
-    def executor(self) -> ThreadPoolExecutor:
-        """The threads that step multi-turn envs (and so run their tool calls) at once."""
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(MAX_TOOL_THREADS, thread_name_prefix="env-step")
-        return self._executor
-
-    @staticmethod
-    def _verify(env, prompt_indices: list[int], responses) -> list[Any]:
-        """The verdicts of every response (`responses[g][j]` answers `prompt_indices[g]`), flat,
-        in one batch (the verifier's pool overlaps them); `build_episodes` replays each with
-        its verdict."""
-        flat = [(i, r) for i, group in zip(prompt_indices, responses) for r in group]
-        return env.verify_responses([i for i, _ in flat], [r.token_ids for _, r in flat])
-
-    def build_episodes(self, env, prompt_indices: list[int], responses,
-                       verdicts) -> list[SingleAgentEpisode]:
-        """Replay every response (`responses[g][j]` answers `prompt_indices[g]`) with its
-        verdict (`verdicts`, flat in the same order) into an episode."""
-        version = self.engine.weight_version
-        episodes = []
-        for g, (index, group) in enumerate(zip(prompt_indices, responses)):
-            group_id = f"{self.worker_index or 0}-{next(self._counter)}"
-            for j, response in enumerate(group):
-                episodes.append(replay_response(
-                    env, index, response, group_id=group_id, weight_version=version,
-                    verification=verdicts[g * len(group) + j]))
         return episodes
 
     def _log_sample_metrics(self, episodes, times: SampleTimes) -> None:
@@ -431,29 +271,14 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
                 the first `eval_num_problems`.
             seed: the evaluation's sampling seed; the training sampler's state is not touched.
         """
-        env = self._held_out_env(config)
-        num_problems = min(config.eval_num_problems, env.num_problems)
+        env = self._held_out.under(
+            {**self._env_config(config), **config.held_out_env_overrides()}, self._episode_envs)
         sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p,
                                   max_tokens=config.response_length, seed=seed)
-        indices = shard_indices(num_problems, shard, num_shards)
-        if getattr(env, "multi_turn", False):
-            return score_held_out_multi_turn(
-                self.envs_for(env, len(indices) * config.eval_num_samples), self.engine,
-                indices, config.eval_num_samples, sampling, num_problems, self.executor)
-        return score_held_out(env, self.engine, indices, config.eval_num_samples, sampling,
-                              num_problems)
-
-    def _held_out_env(self, config):
-        """The env of the held-out problems under `config`, kept while that stays the same."""
-        env_config = {**self._env_config(config), **config.held_out_env_overrides()}
-        if self._eval_env is None or self._eval_env_config != env_config:
-            if self._eval_env is not None:
-                for spawned in self._episode_envs.pop(id(self._eval_env), ()):
-                    spawned.close()
-                self._eval_env.close()
-            self._eval_env = self._make_env(env_config)
-            self._eval_env_config = env_config
-        return self._eval_env
+        return score_shard(env, self.engine, shard=shard, num_shards=num_shards,
+                           num_problems=min(config.eval_num_problems, env.num_problems),
+                           samples_per_problem=config.eval_num_samples, sampling=sampling,
+                           episode_envs=self._episode_envs)
 
     # --- weight sync by broadcast (weight_sync_backend "nccl"/"gloo"; see weight_broadcast) ----
     def join_weight_broadcast(self, *, first_rank: int, **address) -> None:
@@ -505,7 +330,7 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
 
     def get_state(self, components=None, *, not_components=None, **kwargs) -> dict[str, Any]:
         state = {NUM_ENV_STEPS_SAMPLED_LIFETIME: self.num_env_steps_sampled_lifetime,
-                 SAMPLER_STATE: self._sampler_state()}
+                 SAMPLER_STATE: sampler_state(self.env, self._counts, self._in_flight)}
         if self._check_component(COMPONENT_RL_MODULE, components, not_components):
             state[COMPONENT_RL_MODULE] = self.module.get_state(inference_only=True)
             state[WEIGHTS_SEQ_NO] = self._module_seq_no
@@ -516,43 +341,28 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         if COMPONENT_RL_MODULE in state:
             seq_no = state.get(WEIGHTS_SEQ_NO, 0)
             if seq_no == 0 or seq_no > self._weights_seq_no:
-                start = time.perf_counter()
-                module_state = state[COMPONENT_RL_MODULE]
-                if isinstance(module_state, ray.ObjectRef):  # remote runners get a reference
-                    module_state = ray.get(module_state)
-                if DEFAULT_MODULE_ID in module_state:
-                    module_state = module_state[DEFAULT_MODULE_ID]
-                # The runner's module is what checkpoints and a later-built engine read.
-                self.module.set_state(module_state)
-                if self._engine is not None:
-                    weights = {} if self._engine_shares_module else \
-                        self._model_weights(module_state)
-                    self._engine.load_weights(weights, version=seq_no)
-                self._weights_seq_no = max(self._weights_seq_no, seq_no)
-                self._module_seq_no = seq_no
-                self.metrics.log_value(WEIGHT_LOAD_S, time.perf_counter() - start, window=1)
+                self._load_module_state(state[COMPONENT_RL_MODULE], seq_no)
         if NUM_ENV_STEPS_SAMPLED_LIFETIME in state:
             self.num_env_steps_sampled_lifetime = state[NUM_ENV_STEPS_SAMPLED_LIFETIME]
         if SAMPLER_STATE in state:
-            self._set_sampler_state(state[SAMPLER_STATE])
+            restore_sampler_state(state[SAMPLER_STATE], self.env, self._counts, self._in_flight)
 
-    def _sampler_state(self) -> dict[str, Any]:
-        """What decides the next samples besides the weights: the env's data order, the count
-        of sample calls (the sampler's seeds) and of groups (their ids)."""
-        groups = next(self._counter)
-        self._counter = itertools.count(groups)  # reading a count advances it: put it back
-        state = {"data_order": self.env.order_state(), "sample_calls": self._sample_calls,
-                 "groups": groups}
-        if self._in_flight is not None:  # the responses partial rollouts continue next call
-            state["in_flight"] = self._in_flight.get_state()
-        return state
-
-    def _set_sampler_state(self, state: dict[str, Any]) -> None:
-        self.env.set_order_state(state["data_order"])
-        self._sample_calls = state["sample_calls"]
-        self._counter = itertools.count(state["groups"])
-        if self._in_flight is not None:
-            self._in_flight.set_state(state.get("in_flight", {"in_flight": [], "finished": []}))
+    def _load_module_state(self, module_state, seq_no: int) -> None:
+        """Load the learner's module state (or a reference to it: remote runners get one) of
+        version `seq_no` into the module and, once built, the engine."""
+        start = time.perf_counter()
+        if isinstance(module_state, ray.ObjectRef):
+            module_state = ray.get(module_state)
+        if DEFAULT_MODULE_ID in module_state:
+            module_state = module_state[DEFAULT_MODULE_ID]
+        # The runner's module is what checkpoints and a later-built engine read.
+        self.module.set_state(module_state)
+        if self._engine is not None:
+            weights = {} if self._engine_shares_module else self._model_weights(module_state)
+            self._engine.load_weights(weights, version=seq_no)
+        self._weights_seq_no = max(self._weights_seq_no, seq_no)
+        self._module_seq_no = seq_no
+        self.metrics.log_value(WEIGHT_LOAD_S, time.perf_counter() - start, window=1)
 
     def get_ctor_args_and_kwargs(self):
         return (), {"config": self.config}
@@ -561,12 +371,10 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         assert self.env is not None and self.module is not None, "RLVREnvRunner not set up"
 
     def stop(self) -> None:
-        spawned = [e for pool in self._episode_envs.values() for e in pool]
-        for env in (self.env, self._eval_env, *spawned):
+        for env in (self.env, self._held_out.env):
             if env is not None:
                 env.close()
-        if self._executor is not None:
-            self._executor.shutdown(wait=False)
+        self._episode_envs.close()
 
     def __del__(self) -> None:
         try:

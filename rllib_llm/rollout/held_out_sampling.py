@@ -8,11 +8,13 @@ ids drawn). The driver merges the shards of every runner
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from rllib_llm.envs.token_mdp import is_correct
-from rllib_llm.exchange.columns import PROMPT_IDS, PROMPT_INDEX
+from rllib_llm.exchange.columns import PROMPT_IDS, PROMPT_INDEX, is_correct
 from rllib_llm.rollout.engine import SamplingParams
+from rllib_llm.rollout.episode_envs import EpisodeEnvs
 from rllib_llm.rollout.turn_loop import run_multi_turn
 
 
@@ -41,6 +43,40 @@ def shard_indices(num_problems: int, shard: int, num_shards: int) -> list[int]:
     if not 0 <= shard < num_shards:
         raise ValueError(f"shard={shard} must be in [0, num_shards={num_shards})")
     return list(range(shard, num_problems, num_shards))
+
+
+class HeldOutEnv:
+    """A runner's env of the held-out problems, built on first use and kept while its config
+    stays the same (the evaluations of a run build it once)."""
+
+    def __init__(self, make_env: Callable[[dict[str, Any]], Any]) -> None:
+        self._make_env = make_env
+        self.env: Any = None
+        self._env_config: dict[str, Any] | None = None  # what env was built from
+
+    def under(self, env_config: dict[str, Any], episode_envs: EpisodeEnvs):
+        """The held-out env of `env_config`; one of another config is closed first, with the
+        envs `episode_envs` spawned from it."""
+        if self.env is None or self._env_config != env_config:
+            if self.env is not None:
+                episode_envs.close_spawned(self.env)
+                self.env.close()
+            self.env = self._make_env(env_config)
+            self._env_config = env_config
+        return self.env
+
+
+def score_shard(env, engine, *, shard: int, num_shards: int, num_problems: int,
+                samples_per_problem: int, sampling: SamplingParams,
+                episode_envs: EpisodeEnvs) -> EvalShard:
+    """Score problems `shard, shard + num_shards, ...` of the first `num_problems` of `env`,
+    single- or multi-turn (a multi-turn env's episodes run in envs `episode_envs` spawns)."""
+    indices = shard_indices(num_problems, shard, num_shards)
+    if getattr(env, "multi_turn", False):
+        return score_held_out_multi_turn(
+            episode_envs.spawn(env, len(indices) * samples_per_problem), engine, indices,
+            samples_per_problem, sampling, num_problems, episode_envs.executor)
+    return score_held_out(env, engine, indices, samples_per_problem, sampling, num_problems)
 
 
 def score_held_out(env, engine, indices: list[int], samples_per_problem: int,

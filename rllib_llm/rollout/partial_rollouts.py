@@ -95,6 +95,23 @@ class PromptGroup:
 GroupStarter = Callable[[], tuple[int, list[int], str]]
 
 
+def in_flight_for(env, *, max_split: int, env_name: Any, response_length: int,
+                  group_size: int) -> InFlight | None:
+    """The groups a runner with partial rollouts (`max_split` > 1) keeps in flight between its
+    calls; None without them. A multi-turn `env` is refused, and closed first (the runner that
+    was to own it fails to build, so nothing else would close its tools' and verifier's
+    processes)."""
+    if max_split == 1:
+        return None
+    if getattr(env, "multi_turn", False):
+        env.close()
+        raise ValueError(
+            f"RLVRConfig.partial_rollout_max_split={max_split} with the multi-turn environment "
+            f"{env_name!r}: partial rollouts continue single responses, not "
+            "turns between tool calls; set partial_rollout_max_split=1.")
+    return InFlight(max_split, response_length, group_size)
+
+
 class InFlight:
     """The prompt groups a runner is generating, kept between its `sample()` calls.
 

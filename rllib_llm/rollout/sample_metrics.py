@@ -11,7 +11,7 @@ import numpy as np
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
-from rllib_llm.envs.token_mdp import is_correct
+from rllib_llm.exchange.columns import is_correct
 from rllib_llm.rollout.partial_rollouts import InFlight, PartialResponse
 
 # Metric names (under env_runners/ in the results).

@@ -14,11 +14,12 @@ from rllib_llm.envs.arithmetic import arithmetic_problems
 from rllib_llm.envs.tool_env import tool_env
 
 from rllib_llm.models import EMBEDDED_CHECKPOINTS, load_model, load_tokenizer, resolve_path
+from rllib_llm.models.checkpoint_rates import tool_use_rates
 from rllib_llm.models.tool_transcripts import tool_transcript, tool_transcripts
 
 # The build script of the embedded checkpoints (outside the library: scripts/).
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from pretrain_embedded import collate, tool_use_rates  # noqa: E402
+from pretrain_embedded import collate  # noqa: E402
 
 TOK = load_tokenizer("embedded_tool")
 
