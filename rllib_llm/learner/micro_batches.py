@@ -3,8 +3,9 @@
 A forward's activations grow with rows x padded length, so memory is bounded by tokens, not by
 rows (verl's dynamic batch size, ROLL's dynamic batching): rows are sorted by length, longest
 first, and taken greedily while a micro-batch's padded size, rows x (its longest prompt + its
-longest response), stays within `max_tokens` (and its rows within `max_rows`). Each micro-batch
-is cut to its own longest prompt and response, so short rows do not carry the batch's padding.
+longest response), stays within `max_tokens` (and its rows within `max_rows`): the budget the
+rollout engine's decode batches share (exchange/token_budget.py). Each micro-batch is cut to
+its own longest prompt and response, so short rows do not carry the batch's padding.
 
 The cut only drops columns that are padding in every row of the micro-batch: the left-padded
 prompts lose leading pad columns (positions count real tokens, so they do not change) and the
@@ -24,6 +25,7 @@ from collections.abc import Callable
 
 import torch
 
+from rllib_llm.exchange import token_budget
 from rllib_llm.exchange.columns import ATTENTION_MASK, RESPONSE_IDS
 from rllib_llm.learner import data_parallel
 
@@ -53,21 +55,9 @@ def plan(prompt_lens: torch.Tensor, response_lens: torch.Tensor, *, max_tokens: 
     """
     total = prompt_lens + response_lens
     order = torch.argsort(total, descending=True, stable=True).tolist()
-    batches: list[list[int]] = []
-    longest_p = longest_t = 0
-    for row in order:
-        p, t = int(prompt_lens[row]), int(response_lens[row])
-        if batches:
-            rows = len(batches[-1]) + 1
-            wide = max(longest_p, p) + max(longest_t, t)
-            fits = (max_tokens is None or rows * wide <= max_tokens) and \
-                (max_rows is None or rows <= max_rows)
-            if fits:
-                batches[-1].append(row)
-                longest_p, longest_t = max(longest_p, p), max(longest_t, t)
-                continue
-        batches.append([row])
-        longest_p, longest_t = p, t
+    runs = token_budget.pack([(int(prompt_lens[row]), int(response_lens[row])) for row in order],
+                             max_rows=max_rows, max_tokens=max_tokens)
+    batches = [[order[i] for i in run] for run in runs]
     while len(batches) < min(min_count, len(order)):
         # Halve the micro-batch with the most padded tokens (rows x its first row's length:
         # rows are still longest first here).
