@@ -26,7 +26,7 @@ from collections.abc import Callable
 import torch
 
 from rllib_llm.exchange import token_budget
-from rllib_llm.exchange.columns import ATTENTION_MASK, RESPONSE_IDS
+from rllib_llm.exchange.columns import ATTENTION_MASK, LAYOUTS, RESPONSE_IDS, Layout
 from rllib_llm.learner import data_parallel
 
 
@@ -84,26 +84,42 @@ def plan_on_every_rank(prompt_lens: torch.Tensor, response_lens: torch.Tensor, *
 
 def take(batch: dict[str, torch.Tensor], rows: torch.Tensor, prompt_lens: torch.Tensor,
          response_lens: torch.Tensor, p: int) -> dict[str, torch.Tensor]:
-    """The micro-batch of `rows`, cut to its longest prompt and response.
+    """The micro-batch of `rows`, cut to its longest prompt P' and response T'.
 
-    (B, P + T) tensors keep columns P - P' .. P + T', (B, T) tensors the first T', per-row
-    tensors their rows; P' and T' are the micro-batch's longest prompt and response.
+    Each column is cut by its declared layout (exchange/columns.py, `LAYOUTS`): a SEQUENCE
+    column (B, P + T) keeps columns P - P' .. P + T', a RESPONSE column (B, T) the first T', a
+    PER_ROW column its rows. A column with no declared layout, or a shape its layout does not
+    allow, is a ValueError.
     """
     t = batch[RESPONSE_IDS].shape[1]
     keep_p = int(prompt_lens[rows].max())
     keep_t = max(1, int(response_lens[rows].max()))
     out = {}
     for key, value in batch.items():
+        layout = _layout(key, value, p, t)
         picked = value[rows.to(value.device)]
-        if value.dim() >= 2 and value.shape[1] == t:
+        if layout is Layout.RESPONSE:
             picked = picked[:, :keep_t]
-        elif value.dim() >= 2 and value.shape[1] == p + t:
+        elif layout is Layout.SEQUENCE:
             picked = picked[:, p - keep_p : p + keep_t]
-        elif value.dim() >= 2:
-            raise ValueError(f"micro_batches.take: {key!r} has shape {tuple(value.shape)}, "
-                             f"neither (B, T={t}) nor (B, P + T={p + t}) nor per row")
         out[key] = picked
     return out
+
+
+def _layout(key: str, value: torch.Tensor, p: int, t: int) -> Layout:
+    """The declared layout of column `key`, checked against its shape (B, P + T) or (B, T)."""
+    layout = LAYOUTS.get(key)
+    if layout is None:
+        raise ValueError(
+            f"micro_batches.take: column {key!r} has no declared layout, so a micro-batch "
+            "cannot tell how to cut it; declare it in rllib_llm/exchange/columns.py LAYOUTS "
+            "(Layout.PER_ROW, RESPONSE or SEQUENCE)")
+    width = {Layout.RESPONSE: t, Layout.SEQUENCE: p + t}.get(layout)
+    if width is not None and (value.dim() < 2 or value.shape[1] != width):
+        raise ValueError(
+            f"micro_batches.take: column {key!r} is declared {layout.name}, so (B, {width}, ...) "
+            f"with P={p} and T={t}, but has shape {tuple(value.shape)}")
+    return layout
 
 
 def split(batch: dict[str, torch.Tensor], *, max_tokens: int | None,
