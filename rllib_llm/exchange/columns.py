@@ -53,9 +53,9 @@ class Layout(enum.Enum):
     SEQUENCE = "sequence"  # (B, P + T, ...): prompt then response; columns P - P' .. P + T'
 
 
-# Every learner batch column's layout, declared rather than read off its shape: a shape cannot
-# tell a (B, T) column from a (B, P + T) one when P = 0, nor a per-row vector of T values from
-# a response column, and a wrong guess cuts the wrong columns without an error.
+# Every learner batch column's layout, declared rather than read off its shape: a per-row vector
+# of T (or P + T) values looks like a response (or sequence) column and would be cut as one,
+# without an error, and a (B, T) column cannot be told from a (B, P + T) one when P = 0.
 LAYOUTS: dict[str, Layout] = {
     INPUT_IDS: Layout.SEQUENCE,
     ATTENTION_MASK: Layout.SEQUENCE,
