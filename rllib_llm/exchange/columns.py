@@ -1,11 +1,14 @@
 """The batch contract: every column name rollout and learning share. The env runner writes the
 episode data into episodes, the learner connector reads them back and builds the learner batch,
 and the learner and its RLModule read the batch's columns: all by these names, none spelled out
-elsewhere. (The env's own reset and step info keys are `envs.token_mdp`'s, re-exported here,
-with its two episode conventions both sides read: the shared empty step info and what makes a
+elsewhere. Each learner batch column also declares its layout (`LAYOUTS`): how a micro-batch
+cuts it. (The env's own reset and step info keys are `envs.token_mdp`'s, re-exported here, with
+its two episode conventions both sides read: the shared empty step info and what makes a
 response correct.)"""
 
 from __future__ import annotations
+
+import enum
 
 from rllib_llm.envs.token_mdp import EMPTY_INFO, ENV_TOKENS, PROMPT_IDS, PROMPT_INDEX, is_correct
 
@@ -43,3 +46,35 @@ TRUNCATED = "truncated"
 # (B, T) float32: rewards a multi-turn env paid before an episode's last step, on the agent token
 # they came with; present only when some episode has them (core.compute_advantages' turn_rewards).
 TURN_REWARDS = "turn_rewards"
+
+
+class Layout(enum.Enum):
+    """How a learner batch column lies along its second axis, which says what a micro-batch
+    cut to its longest prompt P' and response T' keeps of it (learner/micro_batches.take)."""
+
+    PER_ROW = "per row"  # (B, ...): one value per response; the micro-batch's rows
+    RESPONSE = "response"  # (B, T, ...): response-aligned; the first T' columns
+    SEQUENCE = "sequence"  # (B, P + T, ...): prompt then response; columns P - P' .. P + T'
+
+
+# Every learner batch column's layout, declared rather than read off its shape: a per-row vector
+# of T (or P + T) values looks like a response (or sequence) column and would be cut as one,
+# without an error, and a (B, T) column cannot be told from a (B, P + T) one when P = 0.
+LAYOUTS: dict[str, Layout] = {
+    INPUT_IDS: Layout.SEQUENCE,
+    ATTENTION_MASK: Layout.SEQUENCE,
+    RESPONSE_IDS: Layout.RESPONSE,
+    ACTION_MASK: Layout.RESPONSE,
+    OLD_LOGP: Layout.RESPONSE,
+    ROLLOUT_LOGP: Layout.RESPONSE,
+    REF_LOGP: Layout.RESPONSE,
+    ADVANTAGES: Layout.RESPONSE,
+    VALUES: Layout.RESPONSE,
+    RETURNS: Layout.RESPONSE,
+    MC_RETURNS: Layout.RESPONSE,
+    VALUE_TARGETS: Layout.RESPONSE,
+    TURN_REWARDS: Layout.RESPONSE,
+    SCORES: Layout.PER_ROW,
+    CORRECT: Layout.PER_ROW,
+    TRUNCATED: Layout.PER_ROW,
+}

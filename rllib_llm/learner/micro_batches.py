@@ -3,8 +3,9 @@
 A forward's activations grow with rows x padded length, so memory is bounded by tokens, not by
 rows (verl's dynamic batch size, ROLL's dynamic batching): rows are sorted by length, longest
 first, and taken greedily while a micro-batch's padded size, rows x (its longest prompt + its
-longest response), stays within `max_tokens` (and its rows within `max_rows`). Each micro-batch
-is cut to its own longest prompt and response, so short rows do not carry the batch's padding.
+longest response), stays within `max_tokens` (and its rows within `max_rows`): the budget the
+rollout engine's decode batches share (exchange/token_budget.py). Each micro-batch is cut to
+its own longest prompt and response, so short rows do not carry the batch's padding.
 
 The cut only drops columns that are padding in every row of the micro-batch: the left-padded
 prompts lose leading pad columns (positions count real tokens, so they do not change) and the
@@ -24,7 +25,8 @@ from collections.abc import Callable
 
 import torch
 
-from rllib_llm.exchange.columns import ATTENTION_MASK, RESPONSE_IDS
+from rllib_llm.exchange import token_budget
+from rllib_llm.exchange.columns import ATTENTION_MASK, LAYOUTS, RESPONSE_IDS, Layout
 from rllib_llm.learner import data_parallel
 
 
@@ -53,21 +55,9 @@ def plan(prompt_lens: torch.Tensor, response_lens: torch.Tensor, *, max_tokens: 
     """
     total = prompt_lens + response_lens
     order = torch.argsort(total, descending=True, stable=True).tolist()
-    batches: list[list[int]] = []
-    longest_p = longest_t = 0
-    for row in order:
-        p, t = int(prompt_lens[row]), int(response_lens[row])
-        if batches:
-            rows = len(batches[-1]) + 1
-            wide = max(longest_p, p) + max(longest_t, t)
-            fits = (max_tokens is None or rows * wide <= max_tokens) and \
-                (max_rows is None or rows <= max_rows)
-            if fits:
-                batches[-1].append(row)
-                longest_p, longest_t = max(longest_p, p), max(longest_t, t)
-                continue
-        batches.append([row])
-        longest_p, longest_t = p, t
+    runs = token_budget.pack([(int(prompt_lens[row]), int(response_lens[row])) for row in order],
+                             max_rows=max_rows, max_tokens=max_tokens)
+    batches = [[order[i] for i in run] for run in runs]
     while len(batches) < min(min_count, len(order)):
         # Halve the micro-batch with the most padded tokens (rows x its first row's length:
         # rows are still longest first here).
@@ -94,26 +84,42 @@ def plan_on_every_rank(prompt_lens: torch.Tensor, response_lens: torch.Tensor, *
 
 def take(batch: dict[str, torch.Tensor], rows: torch.Tensor, prompt_lens: torch.Tensor,
          response_lens: torch.Tensor, p: int) -> dict[str, torch.Tensor]:
-    """The micro-batch of `rows`, cut to its longest prompt and response.
+    """The micro-batch of `rows`, cut to its longest prompt P' and response T'.
 
-    (B, P + T) tensors keep columns P - P' .. P + T', (B, T) tensors the first T', per-row
-    tensors their rows; P' and T' are the micro-batch's longest prompt and response.
+    Each column is cut by its declared layout (exchange/columns.py, `LAYOUTS`): a SEQUENCE
+    column (B, P + T) keeps columns P - P' .. P + T', a RESPONSE column (B, T) the first T', a
+    PER_ROW column its rows. A column with no declared layout, or a shape its layout does not
+    allow, is a ValueError.
     """
     t = batch[RESPONSE_IDS].shape[1]
     keep_p = int(prompt_lens[rows].max())
     keep_t = max(1, int(response_lens[rows].max()))
     out = {}
     for key, value in batch.items():
+        layout = _layout(key, value, p, t)
         picked = value[rows.to(value.device)]
-        if value.dim() >= 2 and value.shape[1] == t:
+        if layout is Layout.RESPONSE:
             picked = picked[:, :keep_t]
-        elif value.dim() >= 2 and value.shape[1] == p + t:
+        elif layout is Layout.SEQUENCE:
             picked = picked[:, p - keep_p : p + keep_t]
-        elif value.dim() >= 2:
-            raise ValueError(f"micro_batches.take: {key!r} has shape {tuple(value.shape)}, "
-                             f"neither (B, T={t}) nor (B, P + T={p + t}) nor per row")
         out[key] = picked
     return out
+
+
+def _layout(key: str, value: torch.Tensor, p: int, t: int) -> Layout:
+    """The declared layout of column `key`, checked against its shape (B, P + T) or (B, T)."""
+    layout = LAYOUTS.get(key)
+    if layout is None:
+        raise ValueError(
+            f"micro_batches.take: column {key!r} has no declared layout, so a micro-batch "
+            "cannot tell how to cut it; declare it in rllib_llm/exchange/columns.py LAYOUTS "
+            "(Layout.PER_ROW, RESPONSE or SEQUENCE)")
+    width = {Layout.RESPONSE: t, Layout.SEQUENCE: p + t}.get(layout)
+    if width is not None and (value.dim() < 2 or value.shape[1] != width):
+        raise ValueError(
+            f"micro_batches.take: column {key!r} is declared {layout.name}, so (B, {width}, ...) "
+            f"with P={p} and T={t}, but has shape {tuple(value.shape)}")
+    return layout
 
 
 def split(batch: dict[str, torch.Tensor], *, max_tokens: int | None,

@@ -24,14 +24,15 @@ time for 32 rows x 64 tokens). `max_tokens_per_batch` bounds the allocation.
 
 from __future__ import annotations
 
-import sys
 import warnings
 from collections.abc import Sequence
+from itertools import groupby
 
 import torch
 from transformers import DynamicCache, PreTrainedConfig, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
+from rllib_llm.exchange import token_budget
 from rllib_llm.exchange.devices import mixed_precision, module_device
 from rllib_llm.rollout.decode_graphs import StaticDecode
 from rllib_llm.rollout.engine import Response, SamplingParams, check_generate_args, stop_end
@@ -406,7 +407,8 @@ def kv_cache(config: PreTrainedConfig, max_rows: int, max_len: int) -> DynamicCa
 def _batches(
     row_tokens: list[int], n: int, max_rows: int | None, max_tokens: int | None = None
 ) -> list[list[tuple[int, int]]]:
-    """Split `n` samples of each prompt into decode batches, in prompt order.
+    """Split `n` samples of each prompt into decode batches, in prompt order, under the
+    token budget the learner's micro-batches share (exchange/token_budget.py).
 
     Args:
         row_tokens: per prompt, the tokens one of its rows needs: prompt length + max_tokens. A
@@ -420,29 +422,11 @@ def _batches(
         Batches as `(prompt index, number of samples)` pairs; a group that does not fit in the
         current batch is split over batches.
     """
-    batches: list[list[tuple[int, int]]] = [[]]
-    size = width = 0  # rows and longest row of the last batch
-    for i, tokens in enumerate(row_tokens):
-        remaining = n
-        while remaining:
-            room = _room(size, max(width, tokens), max_rows, max_tokens)
-            if room <= 0 and size:  # full: start the next batch
-                batches.append([])
-                size = width = 0
-                continue
-            count = min(remaining, max(room, 1))  # at least one row, even an over-long one
-            batches[-1].append((i, count))
-            size, width, remaining = size + count, max(width, tokens), remaining - count
-    return [b for b in batches if b]
-
-
-def _room(size: int, width: int, max_rows: int | None, max_tokens: int | None) -> int:
-    """Rows a batch of `size` rows can still take if its longest row is `width` tokens (it
-    may be negative: a longer row would push the rows already there over `max_tokens`)."""
-    fit = max_rows if max_rows is not None else sys.maxsize
-    if max_tokens is not None:
-        fit = min(fit, max_tokens // width)
-    return fit - size
+    # Each sample is a row as wide as its prompt's; a prompt's rows are consecutive, so each
+    # batch's rows read back as runs of (prompt, samples).
+    rows = [(tokens,) for tokens in row_tokens for _ in range(n)]
+    return [[(prompt, len(list(run))) for prompt, run in groupby(row // n for row in batch)]
+            for batch in token_budget.pack(rows, max_rows=max_rows, max_tokens=max_tokens)]
 
 
 def left_pad(

@@ -9,9 +9,24 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rllib_llm.exchange.columns import (
+    ADVANTAGES,
+    ATTENTION_MASK,
+    INPUT_IDS,
+    LAYOUTS,
+    MC_RETURNS,
+    REF_LOGP,
+    RESPONSE_IDS,
+    RETURNS,
+    ROLLOUT_LOGP,
+    SCORES,
+    VALUE_TARGETS,
+    VALUES,
+)
 from rllib_llm.learner import learner as learner_module
 from rllib_llm.learner import micro_batches
 from rllib_llm.learner.module import RLVRModule
+from rllib_llm.learner.packing import EpisodeTokens, pack
 from rllib_llm.recipes.embedded import embedded_config
 
 # 8 prompts x 4 responses of the embedded task: ~13 tokens a row, prompts of 4-7 tokens and
@@ -86,6 +101,55 @@ def test_a_cut_micro_batch_scores_as_the_padded_batch():
     cut = module.score_tokens(batch, reference=False)
     mask = attention[:, p:].bool()
     torch.testing.assert_close(cut[mask], whole[mask], rtol=1e-5, atol=1e-6)
+
+
+def _hand_batch() -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+    """Three rows with P = T = 3 (so a (B, P + T) column is no wider than two (B, T) ones):
+    prompts of 1, 3, 2 tokens and responses of 2, 3, 1; every entry its own value."""
+    prompt_lens, response_lens = torch.tensor([1, 3, 2]), torch.tensor([2, 3, 1])
+    attention = torch.zeros(3, 6, dtype=torch.long)
+    for i, (a, b) in enumerate(zip(prompt_lens.tolist(), response_lens.tolist(), strict=True)):
+        attention[i, 3 - a : 3 + b] = 1
+    batch = {INPUT_IDS: torch.arange(18).reshape(3, 6), ATTENTION_MASK: attention,
+             RESPONSE_IDS: torch.arange(100, 109).reshape(3, 3),
+             ADVANTAGES: torch.arange(9.0).reshape(3, 3), SCORES: torch.tensor([0.5, 1.5, 2.5])}
+    return batch, prompt_lens, response_lens
+
+
+def test_take_cuts_each_column_by_its_declared_layout():
+    batch, prompt_lens, response_lens = _hand_batch()
+    # Rows 0 and 2: longest prompt 2, longest response 2.
+    micro = micro_batches.take(batch, torch.tensor([0, 2]), prompt_lens, response_lens, p=3)
+    assert micro[INPUT_IDS].tolist() == [[1, 2, 3, 4], [13, 14, 15, 16]]  # columns 1 .. 5
+    assert micro[ATTENTION_MASK].tolist() == [[0, 1, 1, 1], [1, 1, 1, 0]]
+    assert micro[RESPONSE_IDS].tolist() == [[100, 101], [106, 107]]  # the first 2
+    assert micro[ADVANTAGES].tolist() == [[0.0, 1.0], [6.0, 7.0]]
+    assert micro[SCORES].tolist() == [0.5, 2.5]  # per row: rows only
+
+
+def test_take_refuses_a_column_with_no_declared_layout():
+    batch, prompt_lens, response_lens = _hand_batch()
+    batch["my_column"] = torch.zeros(3, 3)  # shaped like a response column: no guessing
+    with pytest.raises(ValueError, match="'my_column' has no declared layout.*LAYOUTS"):
+        micro_batches.take(batch, torch.tensor([0, 1]), prompt_lens, response_lens, p=3)
+
+
+@pytest.mark.parametrize("key,shape", [(ADVANTAGES, (3, 6)), (INPUT_IDS, (3, 3)),
+                                       (ADVANTAGES, (3,))])
+def test_take_refuses_a_shape_its_layout_does_not_allow(key, shape):
+    batch, prompt_lens, response_lens = _hand_batch()
+    batch[key] = torch.zeros(shape)
+    with pytest.raises(ValueError, match=f"{key!r} is declared .* but has shape"):
+        micro_batches.take(batch, torch.tensor([0, 1]), prompt_lens, response_lens, p=3)
+
+
+def test_every_column_of_a_packed_batch_has_a_layout():
+    """What packing.pack builds, the connector adds and the learner adds (VALUE_TARGETS)."""
+    added = {REF_LOGP, ROLLOUT_LOGP, ADVANTAGES, VALUES, RETURNS, MC_RETURNS, VALUE_TARGETS}
+    items = [EpisodeTokens(prompt_ids=[1, 2], response_ids=[3], action_mask=[True],
+                           behaviour_logp=[-0.5], score=1.0, correct=True, truncated=False,
+                           group_id="g", turn_rewards=[0.5])]
+    assert set(pack(items, pad_token_id=0)) | added <= set(LAYOUTS)
 
 
 # --- one optimizer step with and without micro-batches -------------------------------------------
