@@ -116,7 +116,7 @@ def learner_report(learner) -> dict:
     module = learner.module[DEFAULT_MODULE_ID].unwrapped()
     params = next(module.parameters())
     return {"role": "learner", "pid": os.getpid(), "device": str(params.device),
-            "assigned": str(getattr(learner, "_device", "?")),
+            "assigned": str(learner.device),
             # What the "auto" settings became on this device (printed at build as well).
             "sized": {"max_tokens_per_micro_batch": module.micro_batch_tokens,
                       "gradient_checkpointing": module.gradient_checkpointing}}
@@ -124,7 +124,7 @@ def learner_report(learner) -> dict:
 
 def runner_report(runner) -> dict:
     """An env runner's device: its module's parameters, and its engine's (once built)."""
-    engine = getattr(runner, "_engine", None)
+    engine = runner.built_engine
     report = {"role": f"env runner {runner.worker_index}", "index": runner.worker_index,
               "pid": os.getpid(), "device": str(next(runner.module.parameters()).device),
               "engine": str(engine.device) if engine is not None else "not built"}

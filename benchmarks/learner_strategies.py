@@ -35,15 +35,9 @@ def learner_memory(learner) -> tuple[float, float, float]:
     """(MiB of weights and of Adam state held by this learner, peak RSS MiB of its process)."""
     import resource
 
-    import torch
     from ray.rllib.core import DEFAULT_MODULE_ID
 
-    adam = 0
-    for optim in learner._named_optimizers.values():
-        inner = getattr(getattr(learner, "_engine", None), "optimizer", None)
-        states = inner.optimizer.state if inner is not None else optim.state
-        adam += sum(t.numel() * t.element_size() for s in states.values() for t in s.values()
-                    if isinstance(t, torch.Tensor) and t.dim() > 0)
+    adam = learner.optimizer_state_bytes()
     # Under ZeRO-3 a weight is its partition (`ds_tensor`) plus, while gathered or when
     # DeepSpeed keeps it whole (under stage3_param_persistence_threshold elements), its data.
     weights = sum((p.data.numel() + getattr(p, "ds_tensor", p.data[:0]).numel())

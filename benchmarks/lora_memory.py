@@ -52,9 +52,7 @@ def measure(args: argparse.Namespace) -> dict:
         start = time.perf_counter()
         algo.update_learners(episodes)
         seconds.append(time.perf_counter() - start)
-    adam = sum(t.numel() * t.element_size() for optim in learner._named_optimizers.values()
-               for state in optim.state.values() for t in state.values()
-               if isinstance(t, torch.Tensor) and t.dim() > 0)
+    adam = learner.optimizer_state_bytes()
     state = module.get_state()
     result = {
         "trainable": sum(p.numel() for p in module.parameters() if p.requires_grad),

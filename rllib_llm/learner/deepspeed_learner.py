@@ -174,6 +174,12 @@ class DeepSpeedRLVRLearner(RLVRLearner):
         if COMPONENT_RL_MODULE in state or COMPONENT_OPTIMIZER in state:
             self._engine.optimizer.refresh_fp32_params()
 
+    def optimizer_state_bytes(self) -> int:
+        """This rank's partition of the optimizer's state (DeepSpeed's wrapped optimizer)."""
+        from rllib_llm.learner.learner import _state_bytes
+
+        return _state_bytes([self._engine.optimizer.optimizer.state])
+
     def _params_in_order(self) -> list[torch.nn.Parameter]:
         """The optimizer's parameters in RLlib's order (the order of a torch Adam state_dict)."""
         optimizer = self._named_optimizers[self._ds_optimizer_name]

@@ -388,6 +388,12 @@ class RLVRLearner(TorchLearner):
         ):
             self.metrics.log_value((DEFAULT_MODULE_ID, name), float(value), window=1)
 
+    def optimizer_state_bytes(self) -> int:
+        """Bytes of the optimizers' state this learner holds (Adam's moments; not scalars such
+        as the step count), for memory accounting."""
+        return _state_bytes(optim.state for _, optim in
+                            self.get_optimizers_for_module(DEFAULT_MODULE_ID))
+
     # --- checkpoints: what RLlib's Learner state leaves out -------------------------------------
     def weight_version(self) -> int:
         """The version of this learner's weights (RLlib's weights sequence number: +1 per
@@ -463,6 +469,12 @@ def total_loss(terms: dict[str, LossTerm], *, like: torch.Tensor) -> torch.Tenso
             part = term if coefficient == 1 else coefficient * term
             total = part if total is None else total + part
     return like.sum() * 0.0 if total is None else total
+
+
+def _state_bytes(states) -> int:
+    """Bytes of the non-scalar tensors in optimizer `states` (each {param: {name: value}})."""
+    return sum(t.numel() * t.element_size() for state in states for per_param in state.values()
+               for t in per_param.values() if isinstance(t, torch.Tensor) and t.dim() > 0)
 
 
 def _token_share(mask: torch.Tensor, counts: core.AggCounts) -> float:

@@ -162,14 +162,20 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         """Where this runner's torch engine samples (a shared model's device, in one process)."""
         return self._device
 
+    @property
+    def built_engine(self):
+        """The engine if it has been built, else None (`engine` builds it)."""
+        return self._engine
+
     def _make_engine(self):
         return make_engine(self.config, tokenizer=self.env.tokenizer, model=self.module.model,
                            device=self._device, worker_index=self.worker_index or 0)
 
-    def _sampling(self) -> SamplingParams:
+    def sampling_params(self) -> SamplingParams:
         """The sampling parameters of the next training `sample()` call, with a seed of its own
         (`SampleCounts.next_seed`): a run resumed from a checkpoint (which holds the count)
-        draws what the uninterrupted run would."""
+        draws what the uninterrupted run would. A subclass may change them (as
+        benchmarks/rollout_mismatch.py samples hotter than the learner)."""
         cfg = self.config
         self.last_sample_seed = self._counts.next_seed(cfg.seed, self.worker_index or 0)
         return SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p,
@@ -202,7 +208,7 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
             return self._sample_multi_turn(indices, n)
         t0 = time.perf_counter()
         responses = self.engine.generate([info[PROMPT_IDS] for _, info in prompts], n,
-                                         self._sampling())
+                                         self.sampling_params())
         t1 = time.perf_counter()
         verdicts = episode_building.verify_groups(self.env, indices, responses)
         t2 = time.perf_counter()
@@ -217,7 +223,7 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         """`num_prompts` finished groups, continuing those in flight first (partial rollouts)."""
         t0 = time.perf_counter()
         groups = self._in_flight.sample_groups(num_prompts, self._start_group, self.engine,
-                                               self._sampling())
+                                               self.sampling_params())
         t1 = time.perf_counter()
         flat = episode_building.partial_responses(groups)
         verdicts = episode_building.verify_partial(self.env, flat)
@@ -243,7 +249,7 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         generation; making the finished episodes is the replay."""
         t0 = time.perf_counter()
         envs = self._episode_envs.spawn(self.env, len(prompt_indices) * n)
-        finished = run_multi_turn(envs, self.engine, prompt_indices, n, self._sampling(),
+        finished = run_multi_turn(envs, self.engine, prompt_indices, n, self.sampling_params(),
                                   self._episode_envs.executor)
         t1 = time.perf_counter()
         episodes = episode_building.multi_turn_episodes(

@@ -103,6 +103,9 @@ def test_one_step_equals_a_hand_computed_adam_update(monkeypatch):
     for name, value in model.state_dict().items():
         torch.testing.assert_close(after[name], value, atol=1e-6, rtol=1e-5, msg=name)
     assert any(not torch.equal(after[n], captured["before"][n]) for n in after)
+    # Adam's two float32 moments per trained weight (the step counts are scalars).
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert learner.optimizer_state_bytes() == 2 * 4 * trained
     algo.stop()
 
 
