@@ -5,14 +5,16 @@
     python benchmarks/trl_comparison.py --levers --model smollm2 --dataset compare ...
 
 TRL is a benchmark-only dependency in an environment of its own (torch first, then
-`pip install trl transformers==<ours> math-verify`): this script runs it there as a
-subprocess, and rllib_llm in this interpreter's environment, each in a fresh process with one
-torch thread. Both get the same model, the same training prompts (the arithmetic task's, written
+`pip install trl transformers==<ours> math-verify ray==<ours> gymnasium`, then this repository
+with `pip install --no-deps -e .` for its verifier): this script runs it there as a subprocess,
+and rllib_llm in this interpreter's environment, each in a fresh process with one torch
+thread. Both get the same model, the same training prompts (the arithmetic task's, written
 to a file), group size, response length, learning rate (constant), clip 0.2, no KL, one
 optimizer step per batch, `--updates` updates; GRPO's advantages (group mean and std) and
-per-sequence token means on both sides: `RLVR(pg_variant="ppo", adv_estimator="grpo")` and
-`GRPOConfig(loss_type="grpo", scale_rewards="group", beta=0)`. Ours runs twice: sampling in the
-driver (local mode) and in one remote env runner.
+per-sequence token means on both sides: `RLVR(pg_variant="ppo", adv_estimator="grpo",
+whiten_advantages=False, advantage_clip=None)` (`GRPO_AS_TRL`) and `GRPOConfig(loss_type="grpo",
+scale_rewards="group", beta=0)`. Ours runs twice: sampling in the driver (local mode) and in one
+remote env runner; `--roll-advantages` adds a third, local, with our default advantages.
 
 `--levers` runs ours (local mode) once per row of `LEVERS` instead, from RLlib's defaults with
 no token budget up to every speed setting on, each row adding one (`--trl-fp32` adds TRL with
@@ -20,11 +22,15 @@ bf16 and gradient checkpointing off: GRPOConfig turns both on by default, on a C
 `--dataset` picks the task both sides train and score on (a built-in dataset's train and test
 splits).
 
+Both sides train on the same reward and are scored with it: rllib_llm's verifier
+(`MathVerifier` with the math_verify env's defaults), which is TRL's reward function here.
+Before 2026-11-27 TRL's side was rewarded and scored by the response's last number, which
+trained the two sides on different rewards.
+
 Reported: seconds per update (median after the first), its ratio to TRL's, generated tokens/s,
 peak RSS (all of a run's processes), greedy held-out accuracy before and after on the task's
-first `--eval-problems` held-out problems (each side with its own greedy decoding and verifier:
-rllib_llm's math-verify, TRL's the last number of the response; both read the arithmetic
-answers alike) and the accuracy gained per minute of training. A model with a chat template gets
+first `--eval-problems` held-out problems (each side with its own greedy decoding) and the
+accuracy gained per minute of training. A model with a chat template gets
 each prompt as one user message on both sides.
 """
 
@@ -41,15 +47,26 @@ from pathlib import Path
 
 from harness import DEFAULT_SMOLLM2_DIR, run_child, smollm2_path
 
-LAST_NUMBER = r"-?\d+(?:\.\d+)?"
+# GRPO as TRL's GRPOTrainer computes it, on our side: group-normalised advantages and nothing
+# more. Our defaults also whiten the advantages over the batch's tokens and clip them at 2
+# (ROLL's); --roll-advantages adds a row with those (benchmarks/trl_one_update.py: with them the
+# same batch gives another update, without them TRL's to a cosine of 0.9999999).
+GRPO_AS_TRL = dict(pg_variant="ppo", adv_estimator="grpo", use_kl_loss=False, pg_clip=0.2,
+                   grad_clip=1.0, temperature=1.0, whiten_advantages=False, advantage_clip=None)
+ROLL_ADVANTAGES = {"whiten_advantages": True, "advantage_clip": 2.0}
 
 
-def correct(text: str, answer: str) -> bool:
-    """The correctness rule both sides are scored with: the response's last number."""
-    import re
-
-    numbers = re.findall(LAST_NUMBER, text.replace(",", ""))
-    return bool(numbers) and float(numbers[-1]) == float(answer)
+def our_verifier():
+    """rllib_llm's verifier as the math_verify env builds it by default: what rewards and scores
+    both sides. In TRL's environment it needs this repository installed there (--no-deps)."""
+    try:
+        from rllib_llm.envs.env_config import MathVerifyEnvConfig
+        from rllib_llm.envs.verifier import MathVerifier
+    except ImportError as e:
+        sys.exit(f"trl_comparison: TRL's side scores with rllib_llm's verifier, and this "
+                 f"environment cannot import it ({e}). Install it there: pip install ray "
+                 "gymnasium math-verify, then pip install --no-deps -e <this repository>.")
+    return MathVerifier(**MathVerifyEnvConfig().verifier_options())
 
 
 # --- TRL, in its own environment -----------------------------------------------------------------
@@ -69,6 +86,7 @@ def run_trl(args: argparse.Namespace) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(args.path)
     model = AutoModelForCausalLM.from_pretrained(args.path, dtype=torch.float32)
     answers = {p["prompt"]: p["answer"] for p in data["train"]}
+    verifier = our_verifier()
 
     chat = bool(tokenizer.chat_template)  # as rllib_llm's encode_prompt: one user message
 
@@ -76,7 +94,8 @@ def run_trl(args: argparse.Namespace) -> dict:
         return x[-1]["content"] if isinstance(x, list) else x
 
     def reward(prompts, completions, **kwargs):
-        return [float(correct(text(c), answers[text(p)])) for p, c in zip(prompts, completions)]
+        return [verifier.score(text(c), answers[text(p)]).score
+                for p, c in zip(prompts, completions)]
 
     def held_out() -> float:
         model.eval()
@@ -94,7 +113,7 @@ def run_trl(args: argparse.Namespace) -> dict:
                                      pad_token_id=tokenizer.pad_token_id)
             texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:],
                                            skip_special_tokens=True)
-            hits += sum(correct(t, r["answer"]) for t, r in zip(texts, chunk))
+            hits += sum(verifier.score(t, r["answer"]).correct for t, r in zip(texts, chunk))
         return hits / len(rows)
 
     class StepTimes(TrainerCallback):
@@ -113,7 +132,7 @@ def run_trl(args: argparse.Namespace) -> dict:
         max_completion_length=args.tokens, learning_rate=args.lr, lr_scheduler_type="constant",
         warmup_steps=0, max_steps=args.updates, beta=0.0, epsilon=0.2, num_iterations=1,
         loss_type="grpo", scale_rewards="group", temperature=1.0, top_p=1.0, max_grad_norm=1.0,
-        weight_decay=0.0, use_cpu=True, report_to=[], logging_steps=10**6, save_strategy="no",
+        weight_decay=0.0, use_cpu=True, report_to=[], logging_steps=1, save_strategy="no",
         seed=0, disable_dropout=True, shuffle_dataset=True, **precision,
     )
     timer = StepTimes()
@@ -125,7 +144,9 @@ def run_trl(args: argparse.Namespace) -> dict:
     train_s = time.perf_counter() - start
     after = held_out()
     steps = [b - a for a, b in zip(timer.times[1:], timer.times[2:])]
+    rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
     return {"update_s": statistics.median(steps), "train_s": train_s, "tokens_per_s": None,
+            "rewards": rewards,
             "before": before, "after": after, "bf16": config.bf16,
             "gradient_checkpointing": config.gradient_checkpointing,
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
@@ -139,24 +160,23 @@ def run_ours(args: argparse.Namespace) -> dict:
     import torch
 
     from rllib_llm import RLVRConfig
-    from rllib_llm.outputs.metric_names import GENERATE_TOKENS_PER_S
+    from rllib_llm.outputs.metric_names import GENERATE_TOKENS_PER_S, REWARD
 
     torch.set_num_threads(1)
     data = json.loads(Path(args.data).read_text())
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     config = (RLVRConfig()
               .environment("math_verify", env_config={"dataset": args.dataset})
-              .training(model_name_or_path=args.path, pg_variant="ppo", adv_estimator="grpo",
-                        rollout_batch_size=args.prompts, num_return_sequences_in_group=args.group,
-                        response_length=args.tokens, lr=args.lr, use_kl_loss=False,
-                        pg_clip=0.2, grad_clip=1.0, temperature=1.0, advantage_clip=None,
-                        prompt_length=args.prompt_length, **json.loads(args.settings))
+              .training(model_name_or_path=args.path, rollout_batch_size=args.prompts,
+                        num_return_sequences_in_group=args.group, response_length=args.tokens,
+                        lr=args.lr, prompt_length=args.prompt_length,
+                        **{**GRPO_AS_TRL, **json.loads(args.settings)})
               .env_runners(num_env_runners=args.runners)
               .debugging(seed=0, log_level="ERROR"))
     algo = config.build_algo()
     n = len(data["test"])
     before = algo.evaluate_accuracy(num_problems=n, temperature=0)["pass@1"]
-    seconds, tokens_per_s, phases = [], [], []
+    seconds, tokens_per_s, phases, rewards = [], [], [], []
     start = time.perf_counter()
     for _ in range(args.updates):
         t = time.perf_counter()
@@ -164,6 +184,7 @@ def run_ours(args: argparse.Namespace) -> dict:
         seconds.append(time.perf_counter() - t)
         tokens_per_s.append(result["env_runners"][GENERATE_TOKENS_PER_S.split("/", 1)[1]])
         phases.append((result["timers"]["sample"], result["timers"]["learn"]))
+        rewards.append(float(result["env_runners"][REWARD.split("/", 1)[1]]))
     train_s = time.perf_counter() - start
     after = algo.evaluate_accuracy(num_problems=n, temperature=0)["pass@1"]
     runners = algo.env_runner_group.foreach_env_runner(
@@ -177,7 +198,7 @@ def run_ours(args: argparse.Namespace) -> dict:
             "tokens_per_s": statistics.median(tokens_per_s[1:]), "before": before,
             "sample_s": statistics.median(p[0] for p in phases[1:]),
             "learn_s": statistics.median(p[1] for p in phases[1:]),
-            "after": after, "peak_rss_mib": rss}
+            "after": after, "peak_rss_mib": rss, "rewards": rewards}
 
 
 # --- the driver ---------------------------------------------------------------------------------
@@ -241,6 +262,9 @@ def main() -> None:
     parser.add_argument("--prompt-length", type=int, help="ours: prompt_length (None: default)")
     parser.add_argument("--levers", action="store_true",
                         help="ours once per row of LEVERS (local mode) instead of local and remote")
+    parser.add_argument("--roll-advantages", action="store_true",
+                        help="also ours (local) with our default advantages: whitened over the "
+                             "batch's tokens and clipped at 2, as ROLL's")
     parser.add_argument("--trl-fp32", action="store_true",
                         help="also TRL with bf16 and gradient checkpointing off")
     parser.add_argument("--child", choices=("trl", "ours"), help=argparse.SUPPRESS)
@@ -271,6 +295,10 @@ def main() -> None:
             rows = [("rllib_llm, local", child(sys.executable, "ours", args, tmp, runners=0)),
                     ("rllib_llm, 1 remote env runner",
                      child(sys.executable, "ours", args, tmp, runners=1))]
+            if args.roll_advantages:
+                rows.append(("rllib_llm, local, advantages whitened and clipped at 2 (ROLL's, "
+                             "our defaults)", child(sys.executable, "ours", args, tmp, runners=0,
+                                                    settings=json.dumps(ROLL_ADVANTAGES))))
         trl = None
         if args.trl_python:
             if args.trl_fp32:
@@ -299,6 +327,10 @@ def main() -> None:
         print(f"| {label} | {r['update_s']:.3f} | {ratio} | {split} | {tps} "
               f"| {r['peak_rss_mib']:.0f} "
               f"| {r['before']:.1%} -> {r['after']:.1%} | {gain:+.1f} |")
+    print("\nThe batches' mean reward, update by update (what each side had to learn from):")
+    for label, r in rows:
+        if "rewards" in r:
+            print(f"- {label}: {', '.join(f'{x:.3f}' for x in r['rewards'])}")
     for note in notes:
         print(f"\n{note}")
 
