@@ -80,7 +80,9 @@ class RLVRConfig(AlgorithmConfig):
     from learner rank 0 straight to every engine's GPU, for a learner and engines on separate GPUs;
     OpenRLHF's vllm_sync_backend='nccl'), or 'gloo' (the same broadcast over TCP, for CPU processes;
     on one machine the object store's shared memory is faster: 0.19 s against 1.0 s for a 135M
-    model)."""
+    model), or 'cuda_ipc' (torch-engine runners on the learner's own GPU copy its weights device to
+    device from CUDA IPC handles, with no trip through host memory: the one-GPU layout of a learner
+    and runners at fractions of one GPU; verl's and OpenRLHF's colocated sync)."""
     weight_sync_bucket_bytes: int
     """Broadcast weight sync: most bytes per broadcast call (tensors of one dtype are packed
     together up to this size; a larger tensor goes alone)."""

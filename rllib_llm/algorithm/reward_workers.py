@@ -27,7 +27,7 @@ import ray
 import torch
 
 from rllib_llm.core.reward_models import combine_rewards
-from rllib_llm.envs.token_mdp import PROMPT_IDS, rebuild_state
+from rllib_llm.envs.token_mdp import PROMPT, PROMPT_IDS, rebuild_state
 
 # Metric names, under REWARD_MODEL_RESULTS in the results.
 REWARD_MODEL_RESULTS = "reward_model"
@@ -125,7 +125,7 @@ class RewardWorkers:
             infos = episode.get_infos()
             prompt_ids = list(infos[0][PROMPT_IDS])
             state = rebuild_state(prompt_ids, episode.get_actions(), infos[1:])
-            prompt = infos[0].get("prompt")
+            prompt = infos[0].get(PROMPT)
             prompts.append(prompt if isinstance(prompt, str) else
                            self.tokenizer.decode(prompt_ids, skip_special_tokens=True))
             responses.append(self.tokenizer.decode(state[len(prompt_ids):],
