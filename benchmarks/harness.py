@@ -53,6 +53,20 @@ def run_child(cmd: list[str]) -> dict:
     return json.loads(lines[-1])
 
 
+def model_path(args: argparse.Namespace) -> str:
+    """The directory of `args.model`: the embedded model, or SmolLM2-135M exported (exits with
+    the reason where it cannot be)."""
+    if args.model == "embedded":
+        from rllib_llm.models import EMBEDDED_DIR
+
+        return str(EMBEDDED_DIR)
+    notes: list[str] = []
+    path = smollm2_path(args, notes)
+    if path is None:
+        sys.exit("\n".join(notes))
+    return path
+
+
 def smollm2_path(args: argparse.Namespace, notes: list[str]) -> str | None:
     """The exported SmolLM2-135M directory, exporting it (in a subprocess) if needed."""
     from rllib_llm.models.gguf_checkpoint import is_checkpoint

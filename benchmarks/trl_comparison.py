@@ -45,7 +45,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import DEFAULT_SMOLLM2_DIR, run_child, smollm2_path
+from harness import DEFAULT_SMOLLM2_DIR, model_path, run_child
 
 # GRPO as TRL's GRPOTrainer computes it, on our side: group-normalised advantages and nothing
 # more. Our defaults also whiten the advantages over the batch's tokens and clip them at 2
@@ -54,6 +54,21 @@ from harness import DEFAULT_SMOLLM2_DIR, run_child, smollm2_path
 GRPO_AS_TRL = dict(pg_variant="ppo", adv_estimator="grpo", use_kl_loss=False, pg_clip=0.2,
                    grad_clip=1.0, temperature=1.0, whiten_advantages=False, advantage_clip=None)
 ROLL_ADVANTAGES = {"whiten_advantages": True, "advantage_clip": 2.0}
+
+
+def grpo_config(args: argparse.Namespace, *, runners: int, seed: int, **settings):
+    """Our side's config: TRL's GRPO (`GRPO_AS_TRL`, then `settings`) on --dataset with the
+    model, batch shape and lr of `args`."""
+    from rllib_llm import RLVRConfig
+
+    return (RLVRConfig()
+            .environment("math_verify", env_config={"dataset": args.dataset})
+            .training(model_name_or_path=args.path, rollout_batch_size=args.prompts,
+                      num_return_sequences_in_group=args.group, response_length=args.tokens,
+                      lr=args.lr, prompt_length=args.prompt_length,
+                      **{**GRPO_AS_TRL, **settings})
+            .env_runners(num_env_runners=runners)
+            .debugging(seed=seed, log_level="ERROR"))
 
 
 def our_verifier():
@@ -159,20 +174,12 @@ def run_ours(args: argparse.Namespace) -> dict:
     import ray
     import torch
 
-    from rllib_llm import RLVRConfig
     from rllib_llm.outputs.metric_names import GENERATE_TOKENS_PER_S, REWARD
 
     torch.set_num_threads(1)
     data = json.loads(Path(args.data).read_text())
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    config = (RLVRConfig()
-              .environment("math_verify", env_config={"dataset": args.dataset})
-              .training(model_name_or_path=args.path, rollout_batch_size=args.prompts,
-                        num_return_sequences_in_group=args.group, response_length=args.tokens,
-                        lr=args.lr, prompt_length=args.prompt_length,
-                        **{**GRPO_AS_TRL, **json.loads(args.settings)})
-              .env_runners(num_env_runners=args.runners)
-              .debugging(seed=0, log_level="ERROR"))
+    config = grpo_config(args, runners=args.runners, seed=0, **json.loads(args.settings))
     algo = config.build_algo()
     n = len(data["test"])
     before = algo.evaluate_accuracy(num_problems=n, temperature=0)["pass@1"]
@@ -278,14 +285,7 @@ def main() -> None:
         print(json.dumps(run_trl(args) if args.child == "trl" else run_ours(args)))
         return
     notes: list[str] = []
-    if args.model == "embedded":
-        from rllib_llm.models import EMBEDDED_DIR
-
-        args.path = str(EMBEDDED_DIR)
-    else:
-        args.path = smollm2_path(args, notes)
-        if args.path is None:
-            sys.exit("\n".join(notes))
+    args.path = model_path(args)
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         write_data(args, tmp)

@@ -28,8 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness import DEFAULT_SMOLLM2_DIR, run_child, smollm2_path
-from trl_comparison import GRPO_AS_TRL, ROLL_ADVANTAGES, our_verifier
+from harness import DEFAULT_SMOLLM2_DIR, model_path, run_child
+from trl_comparison import ROLL_ADVANTAGES, grpo_config, our_verifier
 
 
 # --- rllib_llm: sample the batch, update on it ---------------------------------------------------
@@ -38,19 +38,12 @@ def run_ours(args: argparse.Namespace) -> dict:
     import torch
     from rllib_llm.envs.token_mdp import ANSWER
 
-    from rllib_llm import RLVRConfig
     from rllib_llm.learner.packing import episode_tokens
 
     torch.set_num_threads(1)
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-    config = (RLVRConfig()
-              .environment("math_verify", env_config={"dataset": args.dataset})
-              .training(model_name_or_path=args.path, rollout_batch_size=args.prompts,
-                        num_return_sequences_in_group=args.group, response_length=args.tokens,
-                        lr=args.lr, prompt_length=args.prompt_length,
-                        **{**GRPO_AS_TRL, **(ROLL_ADVANTAGES if args.roll_advantages else {})})
-              .env_runners(num_env_runners=0)
-              .debugging(seed=args.seed, log_level="ERROR"))
+    config = grpo_config(args, runners=0, seed=args.seed,
+                         **(ROLL_ADVANTAGES if args.roll_advantages else {}))
     algo = config.build_algo()
     episodes = algo.env_runner_group.local_env_runner.sample()
     batch = []
@@ -181,15 +174,7 @@ def main() -> None:
         return
     if not args.trl_python:
         sys.exit("trl_one_update: pass --trl-python (TRL's environment; see trl_comparison.py)")
-    notes: list[str] = []
-    if args.model == "embedded":
-        from rllib_llm.models import EMBEDDED_DIR
-
-        args.path = str(EMBEDDED_DIR)
-    else:
-        args.path = smollm2_path(args, notes)
-        if args.path is None:
-            sys.exit("\n".join(notes))
+    args.path = model_path(args)
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         common = [__file__, "--path", args.path, "--batch", str(tmp / "batch.json"),
