@@ -489,8 +489,13 @@ def run_ours(sizes: Sizes, path: str, ray_address: str, overrides: dict,
             update_s = time.perf_counter() - start
             phases = phase_times(result, config.weight_sync_backend)
             # The driver's time outside its three timers (metrics, results, bookkeeping).
-            phases["rest of the update (driver)"] = update_s - metric(result, TIME_SAMPLE_S) \
-                - phases["learn"] - phases["weight sync (driver)"] - phases["weight load (runner)"]
+            outside = update_s - metric(result, TIME_SAMPLE_S) - phases["learn"] \
+                - phases["weight sync (driver)"]
+            if config.weight_sync_backend == "object_store":
+                # Only the part of the runner's load that the driver's next call waited for.
+                phases["weight load (runner)"] = min(phases["weight load (runner)"],
+                                                     max(outside, 0.0))
+            phases["rest of the update (driver)"] = outside - phases["weight load (runner)"]
             rows.append({"update_s": update_s, "sample_s": metric(result, TIME_SAMPLE_S),
                          "learn_s": metric(result, TIME_LEARN_S),
                          "response_tokens": metric(result, RESPONSE_LENGTH), "phases": phases})
