@@ -365,26 +365,32 @@ def metric(result: dict, key: str, default=None):
     return result
 
 
-def phase_times(result: dict, backend: str) -> dict:
-    """Where one update's time went, in seconds, from its result: the env runner's sample call
-    by part (rollout/sample_metrics.py), the driver's timers, and the runner's weight load. A
-    direct sync (`backend` not 'object_store') waits for the load, so its timer holds it; the
-    object store's only sends, and the driver's next call to the runner waits for the load
-    instead (measured on the CPU: 87 ms of a 50M model's update), so it is outside the
-    driver's timers there."""
+def phase_times(result: dict, backend: str, update_s: float) -> dict:
+    """Where one update of `update_s` seconds went, from its result: the env runner's sample
+    call by part (rollout/sample_metrics.py), the driver's timers, the runner's weight load and
+    the rest of the driver's time; they add up to `update_s`. A direct sync (`backend` not
+    'object_store') waits for the load, so its timer holds it; the object store's only sends,
+    and the driver's next call to the runner waits for the load instead (measured on the CPU:
+    87 ms of a 50M model's update), so there the load counts as much of it as the driver's rest
+    waited for."""
     from rllib_llm.outputs import metric_names as m
     from rllib_llm.rollout.sample_metrics import WEIGHT_LOAD_S
 
-    call = metric(result, m.SAMPLE_CALL_S)
+    call, sample = metric(result, m.SAMPLE_CALL_S), metric(result, m.TIME_SAMPLE_S)
+    learn, sync = metric(result, m.TIME_LEARN_S), metric(result, m.TIME_WEIGHT_SYNC_S)
     load = metric(result, f"env_runners/{WEIGHT_LOAD_S}", 0.0)
+    rest = update_s - sample - learn - sync  # outside the driver's timers (metrics, bookkeeping)
+    if backend == "object_store":
+        load = min(load, max(rest, 0.0))
+        rest -= load
+    else:
+        sync -= load
     parts = {"generate": metric(result, m.GENERATE_S), "verify": metric(result, m.VERIFY_S),
              "replay": metric(result, m.REPLAY_S)}
     return {**parts, "rest of the sample call": call - sum(parts.values()),
-            "transfer to the driver": metric(result, m.TIME_SAMPLE_S) - call,
-            "learn": metric(result, m.TIME_LEARN_S),
-            "weight sync (driver)": metric(result, m.TIME_WEIGHT_SYNC_S)
-            - (load if backend != "object_store" else 0.0),
-            "weight load (runner)": load}
+            "transfer to the driver": sample - call, "learn": learn,
+            "weight sync (driver)": sync, "weight load (runner)": load,
+            "rest of the update (driver)": rest}
 
 
 def engine_vs_generate(runner, prompts: int, group: int, tokens: int) -> dict:
@@ -487,15 +493,7 @@ def run_ours(sizes: Sizes, path: str, ray_address: str, overrides: dict,
             start = time.perf_counter()
             result = algo.train()
             update_s = time.perf_counter() - start
-            phases = phase_times(result, config.weight_sync_backend)
-            # The driver's time outside its three timers (metrics, results, bookkeeping).
-            outside = update_s - metric(result, TIME_SAMPLE_S) - phases["learn"] \
-                - phases["weight sync (driver)"]
-            if config.weight_sync_backend == "object_store":
-                # Only the part of the runner's load that the driver's next call waited for.
-                phases["weight load (runner)"] = min(phases["weight load (runner)"],
-                                                     max(outside, 0.0))
-            phases["rest of the update (driver)"] = outside - phases["weight load (runner)"]
+            phases = phase_times(result, config.weight_sync_backend, update_s)
             rows.append({"update_s": update_s, "sample_s": metric(result, TIME_SAMPLE_S),
                          "learn_s": metric(result, TIME_LEARN_S),
                          "response_tokens": metric(result, RESPONSE_LENGTH), "phases": phases})
