@@ -33,7 +33,12 @@ import torch.distributed as dist
 from ray.rllib.core import COMPONENT_OPTIMIZER, COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
 
 from rllib_llm.learner.deepspeed_config import deepspeed_config
-from rllib_llm.learner.learner import GRAD_NORM, RLVRLearner, use_configured_kernel
+from rllib_llm.learner.learner import (
+    GRAD_NORM,
+    RLVRLearner,
+    tensor_state_bytes,
+    use_configured_kernel,
+)
 from rllib_llm.learner.module import RUN_IN_FORWARD
 
 INSTALL_HINT = ("DS_BUILD_OPS=0 pip install --no-build-isolation 'rllib_llm[deepspeed]' "
@@ -176,9 +181,7 @@ class DeepSpeedRLVRLearner(RLVRLearner):
 
     def optimizer_state_bytes(self) -> int:
         """This rank's partition of the optimizer's state (DeepSpeed's wrapped optimizer)."""
-        from rllib_llm.learner.learner import _state_bytes
-
-        return _state_bytes([self._engine.optimizer.optimizer.state])
+        return tensor_state_bytes([self._engine.optimizer.optimizer.state])
 
     def _params_in_order(self) -> list[torch.nn.Parameter]:
         """The optimizer's parameters in RLlib's order (the order of a torch Adam state_dict)."""

@@ -391,7 +391,7 @@ class RLVRLearner(TorchLearner):
     def optimizer_state_bytes(self) -> int:
         """Bytes of the optimizers' state this learner holds (Adam's moments; not scalars such
         as the step count), for memory accounting."""
-        return _state_bytes(optim.state for _, optim in
+        return tensor_state_bytes(optim.state for _, optim in
                             self.get_optimizers_for_module(DEFAULT_MODULE_ID))
 
     # --- checkpoints: what RLlib's Learner state leaves out -------------------------------------
@@ -471,7 +471,7 @@ def total_loss(terms: dict[str, LossTerm], *, like: torch.Tensor) -> torch.Tenso
     return like.sum() * 0.0 if total is None else total
 
 
-def _state_bytes(states) -> int:
+def tensor_state_bytes(states) -> int:
     """Bytes of the non-scalar tensors in optimizer `states` (each {param: {name: value}})."""
     return sum(t.numel() * t.element_size() for state in states for per_param in state.values()
                for t in per_param.values() if isinstance(t, torch.Tensor) and t.dim() > 0)
