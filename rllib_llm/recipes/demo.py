@@ -1,6 +1,6 @@
 """The main job (`make demo`): TOPR on the embedded default, held-out accuracy before and after.
 
-    python -m rllib_llm.recipes.demo [--pg-variant topr] [--iterations 600] [--minutes M]
+    python -m rllib_llm.recipes.demo [--pg-variant topr] [--iterations 300] [--minutes M]
                                      [--run-dir DIR]
 
 Trains the tiny char-level Llama shipped with rllib_llm on arithmetic problems with the
@@ -19,7 +19,7 @@ import os
 import time
 from pathlib import Path
 
-from rllib_llm.recipes.embedded import DEMO_ITERATIONS, embedded_config, embedded_preset_config
+from rllib_llm.recipes.embedded import DEMO_ITERATIONS, demo_config, embedded_preset_config
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> dict:
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
              ignore_reinit_error=True)
     config = embedded_preset_config(args.preset, seed=args.seed) if args.preset else \
-        embedded_config(args.pg_variant, seed=args.seed)
+        demo_config(args.pg_variant, seed=args.seed)
     algo = config.env_runners(rollout_engine=args.engine).build_algo()
     log = RunLog(run_dir)
     cap = "" if args.minutes is None else f" (at most {args.minutes} min)"

@@ -16,7 +16,12 @@ from rllib_llm.algorithm.fields import FIELDS
 from rllib_llm.cli import build_parser, main
 from rllib_llm.cli.config_file import ConfigFileError, read_run_file
 from rllib_llm.cli.run_settings import RUN_FIELDS, TUNE_FIELDS
-from rllib_llm.recipes.embedded import EMBEDDED_ROLL_OVERRIDES, EMBEDDED_TRAINING, embedded_config
+from rllib_llm.recipes.embedded import (
+    DEMO_ITERATIONS,
+    DEMO_TRAINING,
+    EMBEDDED_ROLL_OVERRIDES,
+    demo_config,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -35,10 +40,10 @@ def error_of(path: Path, sets=(), **kw) -> str:
 
 def test_the_example_train_file_is_the_demo_config():
     run_file = read_run_file(EXAMPLES / "embedded_topr.yaml")
-    ours, demo = run_file.to_config(), embedded_config("topr", seed=0)
-    for name in [*EMBEDDED_TRAINING, "pg_variant", "env", "env_config", "seed"]:
+    ours, demo = run_file.to_config(), demo_config("topr", seed=0)
+    for name in [*DEMO_TRAINING, "pg_variant", "env", "env_config", "seed"]:
         assert getattr(ours, name) == getattr(demo, name), name
-    assert run_file.run["iterations"] == 600
+    assert run_file.run["iterations"] == DEMO_ITERATIONS
 
 
 def test_sections_reach_the_builder_methods_and_set_overrides_them(tmp_path):

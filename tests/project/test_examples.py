@@ -82,14 +82,15 @@ def test_the_smollm2_example_raises_the_training_reward(smollm2_checkpoint):
     assert len(re.findall(r"^iter +\d+ ", run.stdout, re.MULTILINE)) == SMOLLM2_ITERATIONS
 
 
-# The train-file example's budget, sampled held-out pass@1 (4 samples on each of 500 problems):
-# on the split by operand pair, from the rebuilt checkpoint (greedy 59.8% to start, little room),
-# greedy held-out went 0.598 -> 0.656 at 30 iterations -> 0.588 at 60, too noisy to test; sampled,
-# one run (seed 0): 0.3075 -> 0.3355 at 60, 0.3875 at 120; another -> 0.371 at 75, 0.4315 at 150
-# (+12.4 points), measured 2026-11-26. 150 iterations and a bar of 5 points: 7 points under the
-# run measured, 3 to 4 sampling-noise deviations (about 1.4 points each) above no learning.
-TRAIN_FILE_ITERATIONS = 150
-TRAIN_FILE_MIN_GAIN = 0.05
+# The train-file example's budget, sampled held-out pass@1 (4 samples on each of 500 problems;
+# greedy accuracy starts at 59.8% on the rebuilt checkpoint and swings too much to test). The
+# example is the demo's recipe (128 prompts x 8 responses, 8 optimizer steps per iteration), which
+# from 30.75% untrained reached 34.3% / 39.0% / 36.9% at iteration 50 and 44.7% / 46.5% / 42.75%
+# at 100 (seeds 0, 1, 2; measured 2026-11-28). 100 iterations and a bar of 8 points: 4 points
+# under the weakest seed, about 5 deviations of the sampling noise (about 1.4 points each for the
+# run and 1 for the untrained estimate) above no learning.
+TRAIN_FILE_ITERATIONS = 100
+TRAIN_FILE_MIN_GAIN = 0.08
 
 
 @pytest.mark.slow
