@@ -13,14 +13,17 @@ checked with math-verify, the last number of the response read as the answer).
 - "topr": `pg_variant="topr"`, group-normalised advantages.
 - "grpo": `pg_variant="ppo"` (clip 0.2) with `adv_estimator="grpo"`, without a KL term, as TRL's
   GRPOTrainer runs by default (beta = 0).
+- "tis": `pg_variant="tis"` (the ratio truncated to [0, 1] as a constant weight), group-normalised
+  advantages.
 
 Each variant trains from the same initial weights for `--iterations` iterations or `--minutes`
 of training, whichever ends first (`--dataset` trains and scores another built-in task the
 same way, e.g. "compare", with `--dataset-kwargs` as JSON); greedy decoding of the same weights
-scores the same, so the "before" accuracy is measured once. Learner and sampler share one
-process (num_env_runners=0) with `--threads` torch threads. Prints a Markdown table: iterations,
-training minutes, seconds per iteration, sampled tokens per second, mean training reward over
-the first and last quarter of the iterations, and held-out accuracy before and after.
+scores the same, so the "before" accuracy is measured once (`--before` gives it, measured by an
+earlier run of the same model, task and `--eval-problems`, and skips it). Learner and sampler
+share one process (num_env_runners=0) with `--threads` torch threads. Prints a Markdown table:
+iterations, training minutes, seconds per iteration, sampled tokens per second, mean training
+reward over the first and last quarter of the iterations, and held-out accuracy before and after.
 
 `--eval-every K` also scores held-out accuracy every K iterations: the curve by iteration and by
 training minutes (evaluation time not counted) goes into `--json-out` with every iteration's
@@ -42,6 +45,7 @@ from harness import DEFAULT_SMOLLM2_DIR, smollm2_path
 VARIANTS = {
     "topr": {"pg_variant": "topr", "adv_estimator": "grpo"},
     "grpo": {"pg_variant": "ppo", "adv_estimator": "grpo", "pg_clip": 0.2},
+    "tis": {"pg_variant": "tis", "adv_estimator": "grpo"},
 }
 
 
@@ -143,6 +147,8 @@ def main() -> None:
     parser.add_argument("--response-length", type=int, default=256)
     parser.add_argument("--lr", type=float, default=5e-6)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--before", type=float, default=None,
+                        help="held-out accuracy of the initial weights, if already measured")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--smollm2-dir", default=DEFAULT_SMOLLM2_DIR)
     parser.add_argument("--dtype", default="float32")  # smollm2_path's export dtype
@@ -159,7 +165,7 @@ def main() -> None:
         sys.exit("; ".join(notes))
     torch.set_num_threads(args.threads)
     ray.init(num_cpus=args.threads, include_dashboard=False, log_to_driver=False)
-    rows, before, start = {}, None, time.perf_counter()
+    rows, before, start = {}, args.before, time.perf_counter()
     for variant in args.variants:
         algo = build(args, variant)
         if before is None:

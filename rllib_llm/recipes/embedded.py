@@ -15,17 +15,16 @@ from __future__ import annotations
 
 # The embedded default's settings, calibrated by hand on a 2-core CPU (benchmarks/RESULTS.md, "The
 # demo's earlier, hand-calibrated recipe"; the learning tests' settings, and the demo's before
-# DEMO_OVERRIDES): +30 points of held-out accuracy after 600 iterations on the split by operand
-# pair (+34 to +37 in four runs on the earlier split, whose test problems' twins b+a= were trained
-# on). The learning
-# rate is a piecewise-linear schedule over sampled tokens (RLlib's; ~1,700 tokens per iteration
-# here): a fresh Adam at the full rate wrecks the tiny model within 10 steps, so it warms up over
-# the first 40k tokens (~25 iterations) to 4e-4, then decays to 5e-5 at 1M tokens (~600 iterations);
-# the decay is what takes the gain from a ~28-point plateau at a constant rate to 37. 64 prompts x 8
-# responses per iteration keep the group baselines informative and the gradient quiet enough for
-# that rate (32 prompts: +30 after 600 iterations, at half the cost per iteration). Advantages are
-# not clipped: a group's rare correct answer keeps its full weight. TOPR needs no KL anchor, so the
-# reference model's forward pass is skipped.
+# DEMO_OVERRIDES): +30 points of held-out accuracy after 600 iterations on the split by operand pair
+# (+34 to +37 in four runs on the earlier split, whose test problems' twins b+a= were trained on).
+# The learning rate is a piecewise-linear schedule over sampled tokens (RLlib's; ~1,700 tokens per
+# iteration here): a fresh Adam at the full rate wrecks the tiny model within 10 steps, so it warms
+# up over the first 40k tokens (~25 iterations) to 4e-4, then decays to 5e-5 at 1M tokens (~600
+# iterations); the decay is what takes the gain from a ~28-point plateau at a constant rate to 37.
+# 64 prompts x 8 responses per iteration keep the group baselines informative and the gradient quiet
+# enough for that rate (32 prompts: +30 after 600 iterations, at half the cost per iteration).
+# Advantages are not clipped: a group's rare correct answer keeps its full weight. TOPR needs no KL
+# anchor, so the reference model's forward pass is skipped.
 EMBEDDED_TRAINING = {
     "lr": [[0, 2e-5], [40_000, 4e-4], [1_000_000, 5e-5]],
     "rollout_batch_size": 64,
