@@ -326,7 +326,7 @@ def test_a_sweep_needs_a_search_space_and_checks_every_grid_value(tmp_path, caps
     path = write(tmp_path, "training: {pg_variant: {grid_search: [topr]}}\ntune: {mode: best}")
     assert main(["sweep", str(path), "--dry-run"]) == 2
     assert "tune.mode = 'best' is invalid" in capsys.readouterr().err
-    assert main(["sweep", str(EXAMPLES / "sweep_pg_variant.yaml"), "--dry-run",
+    assert main(["sweep", str(EXAMPLES / "sweep_demo_recipe.yaml"), "--dry-run",
                  "--run-dir", str(tmp_path / "s")]) == 0
 
 
@@ -359,7 +359,7 @@ def test_what_a_trial_asks_ray_for(tmp_path, sections, expected):
 
 
 def test_a_sweep_dry_run_says_what_each_trial_asks_for(tmp_path, capsys):
-    assert main(["sweep", str(EXAMPLES / "sweep_pg_variant.yaml"), "--dry-run",
+    assert main(["sweep", str(EXAMPLES / "sweep_demo_recipe.yaml"), "--dry-run",
                  "--run-dir", str(tmp_path / "s")]) == 0
     assert "each trial asks for 1 CPU" in capsys.readouterr().out
 
