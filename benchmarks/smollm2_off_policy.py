@@ -39,25 +39,26 @@ HERE = Path(__file__).resolve().parent
 ARMS = {"on-policy": "topr", "topr": "topr", "grpo": "grpo", "tis": "tis"}
 # The shape and rate of the on-policy runs in benchmarks/RESULTS.md ("SmolLM2-135M-Instruct
 # learns `compare`"), under the bf16 autocast measured there.
+PROMPTS, GROUP = 8, 8
+RESPONSES = PROMPTS * GROUP  # per batch
 TASK = ["--dataset", "compare", "--response-length", "32", "--prompt-length", "96",
-        "--prompts", "8", "--group", "8", "--lr", "2e-5", "--threads", "2"]
+        "--prompts", str(PROMPTS), "--group", str(GROUP), "--lr", "2e-5", "--threads", "2"]
 PRECISION = {"autocast_dtype": "bfloat16", "sampler_autocast": True}
 
 
 def settings(arm: str, steps: int) -> dict:
-    responses = 8 * 8
     if arm == "on-policy":
         return dict(PRECISION)
-    return {**PRECISION, "mini_batch_size": responses // steps}
+    return {**PRECISION, "mini_batch_size": RESPONSES // steps}
 
 
 def run_one(arm: str, seed: int, args: argparse.Namespace, before: float | None) -> dict:
     """One child run; its row with the arm, seed and settings."""
+    training = settings(arm, args.steps)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run.json"
         cmd = [sys.executable, str(HERE / "smollm2_gsm.py"), *TASK,
-               "--variants", ARMS[arm], "--seed", str(seed),
-               "--settings", json.dumps(settings(arm, args.steps)),
+               "--variants", ARMS[arm], "--seed", str(seed), "--settings", json.dumps(training),
                "--iterations", str(args.iterations), "--minutes", "1000",
                "--eval-problems", str(args.eval_problems), "--eval-every", str(args.eval_every),
                "--json-out", str(out)]
@@ -67,7 +68,7 @@ def run_one(arm: str, seed: int, args: argparse.Namespace, before: float | None)
         result = json.loads(out.read_text())
     row = result[ARMS[arm]]
     return {"arm": arm, "seed": seed, "steps": 1 if arm == "on-policy" else args.steps,
-            "settings": settings(arm, args.steps), "before": result["before"], **row}
+            "settings": training, "before": result["before"], **row}
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -145,8 +146,8 @@ def main() -> None:
     parser.add_argument("--table-only", action="store_true", help="run nothing: table and plot")
     parser.add_argument("--plot", help="draw the curves into this PNG file")
     args = parser.parse_args()
-    if 64 % args.steps:
-        parser.error("--steps must divide the 64 responses of a batch")
+    if RESPONSES % args.steps:
+        parser.error(f"--steps must divide the {RESPONSES} responses of a batch")
 
     out = Path(args.out)
     rows = read_rows(out)
