@@ -11,6 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
+
+from rllib_llm.recipes.embedded import DEMO_OVERRIDES
 
 pytestmark = pytest.mark.slow
 
@@ -20,11 +23,11 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 HELD_OUT = "evaluation/pass@1"
 
 
-def sweep(run_dir: Path, *sets: str,
-          file: str = "examples/sweep_demo_recipe.yaml") -> subprocess.CompletedProcess:
+def sweep(run_dir: Path, *sets: str) -> subprocess.CompletedProcess:
     args = [arg for s in sets for arg in ("--set", s)]
-    run = subprocess.run([*CLI, "sweep", file, "--run-dir", str(run_dir), *args],
-                         capture_output=True, text=True, env=ENV, timeout=900, cwd=ROOT)
+    run = subprocess.run([*CLI, "sweep", "examples/sweep_demo_recipe.yaml", "--run-dir",
+                          str(run_dir), *args], capture_output=True, text=True, env=ENV,
+                         timeout=900, cwd=ROOT)
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     return run
 
@@ -56,11 +59,13 @@ RECIPE_SWEEP_MIN_GAIN = 0.08
 
 
 def test_the_demo_recipe_sweep_learns_with_a_short_budget(tmp_path, untrained_sampled_accuracy):
-    recipe_lr = "[[0, 2.0e-5], [40000, 2.0e-4], [1000000, 5.0e-5]]"
     run = sweep(tmp_path / "s", f"run.iterations={RECIPE_SWEEP_ITERATIONS}",
                 "tune.grace_period=50", "tune.num_samples=1", "evaluation.evaluation_interval=50",
-                "training.pg_variant=topr", "training.rollout_batch_size=128",
-                f"training.lr={recipe_lr}", "training.mini_batch_size={grid_search: [128, 256]}")
+                "training.pg_variant=topr",
+                f"training.rollout_batch_size={DEMO_OVERRIDES['rollout_batch_size']}",
+                # YAML's own writing: json.dumps gives 2e-05, which YAML reads as a string
+                "training.lr=" + yaml.safe_dump(DEMO_OVERRIDES["lr"], default_flow_style=True),
+                "training.mini_batch_size={grid_search: [128, 256]}")
     curves = {}
     for trial in (tmp_path / "s").glob("RLVR*"):
         params = json.loads((trial / "params.json").read_text())
