@@ -2,8 +2,12 @@
 
     python examples/topr_arithmetic.py [--iterations 600] [--min-gain 20]
 
-The same run as `make demo`, written as user code. It exits with status 1 if held-out accuracy
-rose by less than --min-gain points, so CI can run it with a short budget and know it learned.
+The demo's earlier recipe, one optimizer step per batch of 64 prompts, written as user code
+(`make demo` now takes the sweep's 8 steps per batch of 128: `DEMO_OVERRIDES` in
+rllib_llm/recipes/embedded.py). With one step every pg_variant takes this update, so CI's run of
+it stands for all seven (tests/project/test_learning.py). It exits with status 1 if held-out
+accuracy rose by less than --min-gain points, so CI can run it with a short budget and know it
+learned.
 Swap `model_name_or_path` for any Hugging Face causal LM and `env_config["dataset"]` for a
 jsonl/parquet file or a `datasets` dataset (then tune the learning rate and batch for it).
 """

@@ -62,7 +62,8 @@ def test_every_critic_free_variant_trains(variant, vanilla_weights_after_one_ite
     algo.stop()
     # One optimizer step per iteration: the ratio is 1 up to rounding, and the update is the one
     # vanilla takes from the same batch (tests/core/test_core_properties.py, "ratio one"), so
-    # tests/project/test_learning.py's vanilla run speaks for every variant. A wrong sign would
+    # one learning run at one step (examples/topr_arithmetic.py's, in CI through
+    # tests/project/test_examples.py) speaks for every variant. A wrong sign would
     # miss vanilla's weights by ~2 learning rates (4e-5) on every moved weight.
     for k, v in vanilla_weights_after_one_iteration.items():
         torch.testing.assert_close(after[k], v, atol=1e-6, rtol=0, msg=k)
