@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         run_file = read_run_file(args.config, args.set, strict=args.strict)
         _print_mapping(run_file)
         run_file.check()
-    except (ConfigFileError, FileNotFoundError) as e:
+    except (ConfigFileError, FileNotFoundError, UnresumableRunError) as e:
         print(f"rllib-llm train: error: {e}", file=sys.stderr)
         return 2
     run_dir = Path(args.run_dir or f"runs/{run_file.path.stem}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -86,6 +86,10 @@ def start(run_file: RunFile, run_dir: Path) -> int:
     return finish(tuner.fit(), run_dir)
 
 
+class UnresumableRunError(RuntimeError):
+    """A run directory whose Tune experiment state cannot be read back."""
+
+
 def resume(run_dir: Path) -> int:
     from ray import tune
 
@@ -94,12 +98,38 @@ def resume(run_dir: Path) -> int:
     sections = read_run_file(run_dir)  # a run directory of ours, or a clear error
     if not tune.Tuner.can_restore(str(run_dir.resolve())):
         raise FileNotFoundError(f"{run_dir} holds no Tune experiment state to resume from")
+    check_experiment_state(run_dir)
     init_ray()
     print(f"resuming {run_dir} from its last checkpoint", flush=True)
     tuner = tune.Tuner.restore(str(run_dir.resolve()),
                                trainable=trainable(sections.get("run") or {}),
                                resume_unfinished=True, resume_errored=True)
     return finish(tuner.fit(), run_dir)
+
+
+def check_experiment_state(run_dir: Path) -> None:
+    """Raise UnresumableRunError when the experiment state Tune would resume from (the newest
+    experiment_state-*.json, as Tune picks it) is not JSON.
+
+    Ray Tune 2.60 writes that file in place (open for writing, then json.dump), not through a
+    temporary file and a rename: a run killed during the write leaves it empty or cut short.
+    Tune's restore then logs the error, starts the experiment over with an empty config, and the
+    new trial fails on a missing environment; saying what happened is the useful answer.
+    """
+    import json
+
+    newest = max(run_dir.glob("experiment_state-*.json"), key=lambda p: p.name)
+    try:
+        json.loads(newest.read_text())
+    except ValueError as e:
+        checkpoints = sorted(run_dir.glob("*/checkpoint_*"))
+        raise UnresumableRunError(
+            f"{run_dir} cannot be resumed: Ray Tune's experiment state {newest.name} is empty or "
+            f"cut short ({e}): the run was stopped while Tune wrote it, which Tune does not do "
+            "atomically. "
+            + (f"Its last checkpoint, {checkpoints[-1]}, still serves `rllib-llm eval` and "
+               "`rllib-llm export`; start a new run to train further."
+               if checkpoints else "It holds no checkpoint: start a new run.")) from e
 
 
 def finish(results, run_dir: Path) -> int:
