@@ -18,8 +18,11 @@ def reference(logits, tokens, temperature):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_chunked_values_and_gradients_are_the_full_log_softmaxs(monkeypatch, dtype, temperature):
-    monkeypatch.setattr(token_logp, "CHUNK_POSITIONS", 4)  # 11 positions: chunks 4, 4, 3
+# 11 positions: chunks of 4, 4 and 3 in each row; or 2 rows in a chunk of 24 (rows 0-1, then 2)
+@pytest.mark.parametrize("chunk", [4, 24])
+def test_chunked_values_and_gradients_are_the_full_log_softmaxs(monkeypatch, dtype, temperature,
+                                                                chunk):
+    monkeypatch.setattr(token_logp, "CHUNK_POSITIONS", chunk)
     torch.manual_seed(0)
     weights, tokens = torch.randn(3, 11), torch.randint(0, 50, (3, 11))
     start = (torch.randn(3, 12, 50) * 3).to(dtype)
