@@ -70,7 +70,11 @@ demo: setup $(if $(filter vllm,$(ENGINE)),setup-vllm)
 # quiet); the longest tests are the learning tests (reinforce 247 s). Then (2026-11-27) vanilla's
 # learning run stands for the seven pg variants (the same update at one optimizer step),
 # REINFORCE runs one seed, and consecutive modules share one Ray: about 1,100 test-seconds fewer,
-# an estimated 28-29 minutes on a quiet machine (not yet measured whole).
+# an estimated 28-29 minutes on a quiet machine (not yet measured whole). On 2026-11-28, on a
+# machine about 1.6x slower than that quiet one: 45.8 minutes (5,429 test-seconds), then 39.5
+# (4,649) with two learning runs that others already made gone, one sweep for the sweep file and
+# ASHA, and the tool-use test at 10 iterations (benchmarks/RESULTS.md, "Budgets of the learning
+# tests"); CI on such a machine adds its set-up and `make test-vllm`, about 12 minutes.
 # `make test-vllm` runs the tests marked vllm, one at a time (vLLM spawns engine processes).
 # --durations=25 lists the 25 slowest tests at the end, to watch the suite's time.
 TEST_WORKERS ?= 2
