@@ -7,6 +7,7 @@ at the same iteration count.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -116,8 +117,6 @@ def check_experiment_state(run_dir: Path) -> None:
     Tune's restore then logs the error, starts the experiment over with an empty config, and the
     new trial fails on a missing environment; saying what happened is the useful answer.
     """
-    import json
-
     newest = max(run_dir.glob("experiment_state-*.json"), key=lambda p: p.name)
     try:
         json.loads(newest.read_text())

@@ -132,8 +132,8 @@ def test_a_killed_run_resumes_from_its_last_checkpoint_and_ends_like_an_unbroken
 
     killed = kill_mid_run(config, tmp_path / "killed")
     if not readable_experiment_state(killed):
-        # Killed while Tune wrote its experiment state (in place, not atomically; this happened
-        # once in about ten runs on a loaded machine): resume says so in one line, and the
+        # Killed while Tune wrote its experiment state (in place, not atomically; it happened in
+        # one full `make test` of several on 2026-11-28): resume says so in one line, and the
         # test kills a second run.
         assert_resume_refused(killed)
         killed = kill_mid_run(config, tmp_path / "killed_again")
