@@ -104,11 +104,14 @@ def kill_mid_run(config: Path, run_dir: Path) -> Path:
     return run_dir
 
 
-def readable_experiment_state(run_dir: Path) -> bool:
-    (state,) = run_dir.glob("experiment_state-*.json")
+def resumable(run_dir: Path) -> bool:
+    """Whether the experiment state the kill left is readable (`train.check_experiment_state`,
+    the check `--resume` makes)."""
+    from rllib_llm.cli.train import UnresumableRunError, check_experiment_state
+
     try:
-        json.loads(state.read_text())
-    except ValueError:
+        check_experiment_state(run_dir)
+    except UnresumableRunError:
         return False
     return True
 
@@ -131,7 +134,7 @@ def test_a_killed_run_resumes_from_its_last_checkpoint_and_ends_like_an_unbroken
     train(str(config), "--run-dir", str(straight))
 
     killed = kill_mid_run(config, tmp_path / "killed")
-    if not readable_experiment_state(killed):
+    if not resumable(killed):
         # Killed while Tune wrote its experiment state (in place, not atomically; it happened in
         # one full `make test` of several on 2026-11-28): resume says so in one line, and the
         # test kills a second run.
