@@ -20,7 +20,6 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "rllib_llm.cli"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
-HELD_OUT = "evaluation/pass@1"
 
 
 def sweep(run_dir: Path, *sets: str) -> subprocess.CompletedProcess:
