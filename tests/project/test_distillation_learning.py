@@ -6,16 +6,18 @@ A distillation term of the wrong sign, a teacher scored on other tokens or at an
 temperature, or a term that never reaches the loss leaves the student where it was (or sends it
 away from the teacher); here the student must close GAP_SHARE of the distance to the teacher.
 
-Calibrated on the 2-core development machine, shared with other runs (benchmarks/RESULTS.md,
-"On-policy distillation"): this test (seed 1, 4 samples per problem) measured the student at
-31.7% -> 45.8% after 150 iterations against the teacher's 65.1%, 42% of the gap closed, in 129 s;
-benchmarks/distillation.py (2 samples per problem) 30.5% -> 41.4% after 100 iterations and 45.4%
-after 150, where TOPR on the verifier reward alone reached 37.8% and 41.8%.
+Measured as held-out GREEDY accuracy on the 500 test problems (deterministic: an unchanged
+student scores the same), at a constant learning rate of 1e-4 (tests/project/test_learning.py
+says why: greedy accuracy rises steadily at that rate and swings under the embedded schedule's
+peak). Calibrated on the 2-core development machine, two runs side by side (2026-11-28): the
+teacher 88.0%, the student 59.8%; after 20 / 30 / 40 / 50 iterations the student had closed 57% /
+61% / 55% / 60% of the gap (seed 1) and 49% / 60% / 47% / 54% (seed 2). With the embedded schedule
+and 4 samples per problem this test needed 150 iterations (31.7% -> 45.8% sampled, 42% of the
+gap to the teacher's 65.1%; benchmarks/RESULTS.md, "On-policy distillation").
 """
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from rllib_llm.recipes.embedded import embedded_config
@@ -23,18 +25,16 @@ from rllib_llm.recipes.embedded import embedded_config
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_session")]
 
 SEED = 1
-ITERATIONS = 150
-EVAL_SAMPLES = 4  # 2,000 samples per measurement: 1.1 points of noise at 50%, 1.6 on a gain
-# The share of the student-to-teacher gap the student must close: 42% measured; a quarter is
-# ~8.5 points of a 34-point gap, over 3 standard deviations of the gain's noise (1.6 points)
-# below the run measured and 5 above no learning.
-GAP_SHARE = 0.25
+ITERATIONS = 30
+LR = 1e-4
+# The share of the student-to-teacher gap the student must close: 47% or more at every reading
+# from 20 iterations on; 30% is 8.5 points of the 28-point gap, 5 under the weakest reading.
+GAP_SHARE = 0.3
 
 
 def held_out_accuracy(algo) -> float:
-    """Mean accuracy of EVAL_SAMPLES samples (seeds 0, 1, ...) on each of the 500 test problems."""
-    return float(np.mean([algo.evaluate_accuracy(num_problems=500, seed=s)["pass@1"]
-                          for s in range(EVAL_SAMPLES)]))
+    """Greedy accuracy on the 500 test problems."""
+    return algo.evaluate_accuracy(num_problems=500, temperature=0)["pass@1"]
 
 
 def test_the_student_moves_toward_the_teacher():
@@ -45,7 +45,7 @@ def test_the_student_moves_toward_the_teacher():
     # Distillation alone: the teacher's per-token term is the whole advantage (the verifier's
     # weighs 0), under the plain policy gradient.
     algo = embedded_config("vanilla", seed=SEED, teacher_model_name_or_path="embedded_teacher",
-                           verifier_advantage_coef=0.0).build_algo()
+                           verifier_advantage_coef=0.0, lr=LR).build_algo()
     before = held_out_accuracy(algo)
     for _ in range(ITERATIONS):
         algo.train()
