@@ -179,8 +179,9 @@ def test_at_ratio_one_every_variant_takes_vanillas_gradient(variant, batch):
     """With one optimizer step per iteration the ratio is 1 up to rounding, and every built-in
     variant at its defaults then has REINFORCE's gradient −A·mask in every aggregation (GSPO's
     d s/d logp = s/|y| summed over the response's |y| tokens gives the same). So a learning run of
-    one variant is a learning run of each (tests/project/test_learning.py trains vanilla only),
-    and a variant with a wrong sign or a lost term fails here. Away from ratio 1 they differ."""
+    one variant is a learning run of each (examples/topr_arithmetic.py's run, in CI, stands for
+    all; tests/project/test_learning.py says so), and a variant with a wrong sign or a lost term
+    fails here. Away from ratio 1 they differ."""
     at_one = _at_ratio_one(batch)
     for mode in core.AGG_MODES:
         _, _, grad = loss_and_grad(variant, {}, at_one, mode)
