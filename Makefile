@@ -59,23 +59,14 @@ demo: setup $(if $(filter vllm,$(ENGINE)),setup-vllm)
 # learning test, every file in examples/ with a short budget, and the wheel installed outside the
 # repo. TEST_WORKERS pytest processes (pytest-xdist) share the tests out: a learning test is one
 # single-threaded process, so on 2 cores two run side by side; worksteal evens out the long tests.
-# Measured on 2 cores: 31.6 minutes for 1,617 tests (2026-11-26, with several learners, DeepSpeed
-# ZeRO-2 and ZeRO-3, and LoRA; the learning tests at 200 iterations since the split by operand
-# pair); 38.1 minutes for 1,685 tests with distillation, reward models and the 150-iteration
-# sweep, with a 12-minute test run beside it for part of the time; 34.9 minutes for 1,706 tests
-# with partial rollouts and the chat-model datasets (2026-11-27, a quiet machine). All of .ci/run
-# from a fresh clone: 39.3 minutes with the 33-minute suite and a make test-vllm cut short after
-# 86 s; 41.6 minutes in CI with the vLLM tests whole. 38.6 minutes for 1,719 tests with the
-# SmolLM2 example's test (222 s) and, in that run only, fused Adam on for every test (2026-11-27,
-# quiet); the longest tests are the learning tests (reinforce 247 s). Then (2026-11-27) vanilla's
-# learning run stands for the seven pg variants (the same update at one optimizer step),
-# REINFORCE runs one seed, and consecutive modules share one Ray: about 1,100 test-seconds fewer,
-# an estimated 28-29 minutes on a quiet machine (not yet measured whole). On 2026-11-28, on a
-# machine about 1.6x slower than that quiet one: 45.8 minutes (5,429 test-seconds), then 39.5
-# (4,649) with two learning runs that others already made gone, one sweep for the sweep file and
-# ASHA, and the tool-use test at 10 iterations (benchmarks/RESULTS.md, "Budgets of the learning
-# tests"); CI on such a machine adds its set-up and `make test-vllm`, about 12 minutes.
-# `make test-vllm` runs the tests marked vllm, one at a time (vLLM spawns engine processes).
+# The two cores are busy ~90% of the run, so its time follows the sum of the tests' times.
+# Measured on 2 cores (benchmarks/RESULTS.md, "Budgets of the learning tests"): 45.8 minutes
+# (5,429 test-seconds) on a slow machine on 2026-11-28, 39.5 (4,649) after the cuts of that
+# morning; 30.5 minutes (3,548 test-seconds, 1,915 tests) with the learning tests at 30-50
+# iterations of a constant rate measured by greedy accuracy (2026-11-28, on a machine about 1.25x
+# faster than the morning's). CI adds its set-up (a few minutes) and `make test-vllm`: 75 s to
+# install vLLM, then its tests one at a time (vLLM spawns engine processes), ~3 minutes now that its
+# learning test trains 50 iterations (300 before: 6 minutes).
 # --durations=25 lists the 25 slowest tests at the end, to watch the suite's time.
 TEST_WORKERS ?= 2
 test: setup setup-smollm2
