@@ -260,6 +260,8 @@ class RLVRConfig(AlgorithmConfig):
                 "micro_batch_rows": self.micro_batch_size,
                 "gradient_checkpointing": self.gradient_checkpointing,
                 "fused_kernels": self.use_fused_kernels,
+                "remove_padding": self.use_remove_padding,
+                "attn_implementation": self.attn_implementation,
                 "autocast_dtype": self.autocast_dtype,
                 "critic": self.critic_spec,
                 "lora": self.lora_spec,

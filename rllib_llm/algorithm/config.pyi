@@ -28,6 +28,14 @@ class RLVRConfig(AlgorithmConfig):
     the LM head chunk by chunk, never holding the (responses, tokens, vocabulary) logits or their
     gradient (32 responses of 512 tokens, 49k vocabulary: 3 GiB of float32 each); backward computes
     each chunk's logits again (one more LM-head matmul)."""
+    use_remove_padding: bool
+    """verl's name (TRL's padding_free): each learner micro-batch runs as one row of its real
+    tokens, positions restarting at 0 in each response's row, so no layer computes on padding, and
+    max_tokens_per_micro_batch counts real tokens (fewer, fuller passes)."""
+    attn_implementation: str | None
+    """transformers' attn_implementation for the models learners load (policy, reference, critic,
+    teacher): None keeps transformers' default (sdpa); 'flex_attention' is torch's (compiled on a
+    GPU); 'flash_attention_2'/'_3' need the flash-attn package."""
     rollout_batch_size: int
     """Prompts per training iteration (ROLL's name; ROLL's examples use 128-512 on GPUs, 8 suits the
     embedded model on a CPU)."""
@@ -388,6 +396,8 @@ class RLVRConfig(AlgorithmConfig):
         lora_alpha: float | None = ...,
         lora_target_modules: str = ...,
         use_fused_kernels: bool = ...,
+        use_remove_padding: bool = ...,
+        attn_implementation: str | None = ...,
         rollout_batch_size: int = ...,
         num_return_sequences_in_group: int = ...,
         prompt_length: int | None = ...,

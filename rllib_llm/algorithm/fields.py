@@ -215,6 +215,30 @@ FIELDS: tuple[Field, ...] = (
           "linear LM head whose output is the model's logits (rejected otherwise: a LoRA "
           "adapter on it, soft-capped or scaled logits) and zero_stage 2 under DeepSpeed.",
           boolean, "model"),
+    Field("use_remove_padding", False,
+          "verl's name (TRL's padding_free): each learner micro-batch runs as one row of its "
+          "real tokens, positions restarting at 0 in each response's row, so no layer computes "
+          "on padding, and max_tokens_per_micro_batch counts real tokens (fewer, fuller "
+          "passes). The same log-probs, values and gradients, up to float rounding. The model "
+          "keeps packed rows apart itself (checked at build; rejected otherwise): with "
+          "flash_attention_2/3 or flex_attention kernels skip across rows; with sdpa or eager "
+          "attention (transformers' default) each pass builds a dense mask over its N tokens, "
+          "N^2 bytes: refused on a GPU (set attn_implementation). On a CPU it pays for models "
+          "whose linear layers dominate (SmolLM2-135M), not for the 0.5M embedded model "
+          "(benchmarks/remove_padding.py). Needs a plain linear LM head whose output is the "
+          "model's logits, as use_fused_kernels.",
+          boolean, "model"),
+    Field("attn_implementation", None,
+          "transformers' attn_implementation for the models learners load (policy, reference, "
+          "critic, teacher): None keeps transformers' default (sdpa); 'flex_attention' is "
+          "torch's (compiled on a GPU); 'flash_attention_2'/'_3' need the flash-attn package. "
+          "Env runners keep their engine's own (vLLM picks its backend), except the driver's "
+          "runner when it samples with the learner's model (no remote runners): the torch "
+          "engine's CUDA graphs need sdpa or eager. use_remove_padding on a GPU needs one of "
+          "the last three.",
+          optional(one_of(("sdpa", "eager", "flex_attention", "flash_attention_2",
+                           "flash_attention_3"))),
+          "model", annotation='str | None'),
     Field("rollout_batch_size", 8,
           "Prompts per training iteration (ROLL's name; ROLL's examples use 128-512 on GPUs, "
           "8 suits the embedded model on a CPU). Split evenly over env runners.",

@@ -50,3 +50,21 @@ def pack(rows: Sequence[Sequence[int]], *, max_rows: int | None,
         batches.append([i])
         longest = tuple(parts)
     return batches
+
+
+def pack_unpadded(lengths: Sequence[int], *, max_rows: int | None,
+                  max_tokens: int | None) -> list[list[int]]:
+    """`pack` for batches that hold only their rows' real tokens (`use_remove_padding`: one
+    row of them all): a batch's tokens are the sum of its rows' `lengths`, not rows x width.
+    Greedy in the order given; a row longer than `max_tokens` is a batch of its own."""
+    batches: list[list[int]] = []
+    tokens = 0  # the last batch's
+    for i, length in enumerate(lengths):
+        if batches and (max_tokens is None or tokens + length <= max_tokens) and \
+                (max_rows is None or len(batches[-1]) < max_rows):
+            batches[-1].append(i)
+            tokens += length
+            continue
+        batches.append([i])
+        tokens = length
+    return batches

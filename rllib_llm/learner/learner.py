@@ -218,7 +218,8 @@ class RLVRLearner(TorchLearner):
         total = torch.zeros((), dtype=torch.float64)
         module = self.module[DEFAULT_MODULE_ID].unwrapped()
         micros = micro_batches.split(mine, max_tokens=module.micro_batch_tokens,
-                                     max_rows=cfg.micro_batch_size)
+                                     max_rows=cfg.micro_batch_size,
+                                     unpadded=module.remove_padding)
         for i, micro in enumerate(micros):
             # DDP all-reduces the gradients once per step, in the last micro-batch's backward.
             with self._gradient_sync(last=i == len(micros) - 1):

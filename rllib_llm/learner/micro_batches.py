@@ -13,6 +13,10 @@ responses trailing ones (causal attention never looks forward). Losses are norma
 whole mini-batch's counts (learner.py), so neither the order of the rows nor the cut changes the
 update.
 
+With `use_remove_padding` (remove_padding.py) a micro-batch's forward holds its real tokens only,
+so `max_tokens` bounds their sum instead (`unpadded=True`): the same budget takes more rows when
+their lengths differ, in fewer, fuller passes.
+
 Several data-parallel ranks each plan their own share; under DDP (buffers broadcast in every
 forward) and ZeRO-3 (weights gathered in every forward) they must run the same number of
 forwards, so a rank with fewer micro-batches splits its largest until the counts agree
@@ -40,7 +44,8 @@ def row_lengths(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Ten
 
 
 def plan(prompt_lens: torch.Tensor, response_lens: torch.Tensor, *, max_tokens: int | None,
-         max_rows: int | None = None, min_count: int = 1) -> list[torch.Tensor]:
+         max_rows: int | None = None, min_count: int = 1,
+         unpadded: bool = False) -> list[torch.Tensor]:
     """Row indices of each micro-batch (the longest rows in the first).
 
     Args:
@@ -49,14 +54,19 @@ def plan(prompt_lens: torch.Tensor, response_lens: torch.Tensor, *, max_tokens: 
             no token bound. A row longer than the budget is a micro-batch of its own.
         max_rows: most rows per micro-batch; None = no row bound.
         min_count: at least this many micro-batches (at most B): the largest are halved.
+        unpadded: `max_tokens` bounds the sum of the rows' real tokens (use_remove_padding).
 
     Returns:
         int64 tensors of row indices, together each row exactly once.
     """
     total = prompt_lens + response_lens
     order = torch.argsort(total, descending=True, stable=True).tolist()
-    runs = token_budget.pack([(int(prompt_lens[row]), int(response_lens[row])) for row in order],
-                             max_rows=max_rows, max_tokens=max_tokens)
+    if unpadded:
+        runs = token_budget.pack_unpadded([int(total[row]) for row in order],
+                                          max_rows=max_rows, max_tokens=max_tokens)
+    else:
+        runs = token_budget.pack([(int(prompt_lens[row]), int(response_lens[row]))
+                                  for row in order], max_rows=max_rows, max_tokens=max_tokens)
     batches = [[order[i] for i in run] for run in runs]
     while len(batches) < min(min_count, len(order)):
         # Halve the micro-batch with the most padded tokens (rows x its first row's length:
@@ -71,15 +81,16 @@ def plan(prompt_lens: torch.Tensor, response_lens: torch.Tensor, *, max_tokens: 
 
 
 def plan_on_every_rank(prompt_lens: torch.Tensor, response_lens: torch.Tensor, *,
-                       max_tokens: int | None, max_rows: int | None) -> list[torch.Tensor]:
+                       max_tokens: int | None, max_rows: int | None,
+                       unpadded: bool = False) -> list[torch.Tensor]:
     """`plan` with as many micro-batches on this rank as on the data-parallel rank with the
     most (collective: every rank calls it at once); `plan` itself without ranks."""
-    batches = plan(prompt_lens, response_lens, max_tokens=max_tokens, max_rows=max_rows)
+    budget = dict(max_tokens=max_tokens, max_rows=max_rows, unpadded=unpadded)
+    batches = plan(prompt_lens, response_lens, **budget)
     most = data_parallel.max_over_ranks(len(batches))
     if most == len(batches):
         return batches
-    return plan(prompt_lens, response_lens, max_tokens=max_tokens, max_rows=max_rows,
-                min_count=most)
+    return plan(prompt_lens, response_lens, min_count=most, **budget)
 
 
 def take(batch: dict[str, torch.Tensor], rows: torch.Tensor, prompt_lens: torch.Tensor,
@@ -123,18 +134,18 @@ def _layout(key: str, value: torch.Tensor, p: int, t: int) -> Layout:
 
 
 def split(batch: dict[str, torch.Tensor], *, max_tokens: int | None,
-          max_rows: int | None = None) -> list[dict[str, torch.Tensor]]:
+          max_rows: int | None = None, unpadded: bool = False) -> list[dict[str, torch.Tensor]]:
     """`batch` as micro-batches under the budget (`plan_on_every_rank`: collective under data
     parallelism), each cut to its own lengths."""
     prompt_lens, response_lens, p = row_lengths(batch)
     return [take(batch, rows, prompt_lens, response_lens, p)
             for rows in plan_on_every_rank(prompt_lens, response_lens, max_tokens=max_tokens,
-                                           max_rows=max_rows)]
+                                           max_rows=max_rows, unpadded=unpadded)]
 
 
 def map_rows(fn: Callable[[dict[str, torch.Tensor]], torch.Tensor],
              batch: dict[str, torch.Tensor], *, max_tokens: int | None,
-             max_rows: int | None = None) -> torch.Tensor:
+             max_rows: int | None = None, unpadded: bool = False) -> torch.Tensor:
     """fn over the micro-batches of `batch` (as `split`), put back together: (B, T) in the
     batch's row order, zeros past each micro-batch's cut. `fn` maps a micro-batch to (rows, T')
     values."""
@@ -142,7 +153,7 @@ def map_rows(fn: Callable[[dict[str, torch.Tensor]], torch.Tensor],
     b, t = batch[RESPONSE_IDS].shape
     out = None
     for rows in plan_on_every_rank(prompt_lens, response_lens, max_tokens=max_tokens,
-                                   max_rows=max_rows):
+                                   max_rows=max_rows, unpadded=unpadded):
         part = fn(take(batch, rows, prompt_lens, response_lens, p))  # (rows, T')
         if out is None:
             out = torch.zeros((b, t), dtype=part.dtype, device=part.device)

@@ -35,7 +35,7 @@ from rllib_llm.exchange.memory_budgets import (
     model_shape,
     sizing_note,
 )
-from rllib_llm.learner import micro_batches
+from rllib_llm.learner import micro_batches, remove_padding
 from rllib_llm.learner.tensor_state import TensorState
 from rllib_llm.learner.token_logp import head_token_logp_and_entropy, token_logp_and_entropy
 from rllib_llm.models import DTYPES, load_model, lora
@@ -91,16 +91,22 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
     no bound; "auto": the CPU's until `size_for_device`), `gradient_checkpointing` (recompute
     layer activations in backward; "auto": off until `size_for_device`),
     `fused_kernels` (log-probs from the last hidden states and the LM head, chunk by chunk:
-    `use_fused_kernels`), `critic` (None, or {"model_name_or_path": ..., "shares_trunk": bool}),
+    `use_fused_kernels`), `remove_padding` (forward passes over real tokens only:
+    `use_remove_padding`, remove_padding.py),
+    `critic` (None, or {"model_name_or_path": ..., "shares_trunk": bool}),
     `teacher` (None, or the teacher's model_name_or_path: `teacher_model_name_or_path`),
-    `autocast_dtype` (None, or the dtype learners' passes autocast to: mixed precision).
+    `autocast_dtype` (None, or the dtype learners' passes autocast to: mixed precision),
+    `attn_implementation` (None, or transformers' attention for the models learners load).
     Env runners build the module with `inference_only=True`: the policy alone.
     """
 
     def setup(self) -> None:
         cfg = self.model_config
         self.temperature = float(cfg["temperature"])
-        self.model = load_model(cfg["model_name_or_path"], dtype=cfg["model_dtype"])
+        # The learner's models may take another attention than env runners' (inference_only).
+        attention = None if self.inference_only else cfg.get("attn_implementation")
+        loads = dict(dtype=cfg["model_dtype"], attn_implementation=attention)
+        self.model = load_model(cfg["model_name_or_path"], **loads)
         self.entropy_grad = bool(cfg.get("entropy_grad", True))
         # The learner's micro-batch budget, which scoring passes keep too ("auto": the CPU's, until
         # the learner sizes it for its device: `size_for_device`).
@@ -116,20 +122,27 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
         self.fused_kernels = bool(cfg.get("fused_kernels")) and not self.inference_only
         autocast = cfg.get("autocast_dtype")
         self.autocast_dtype = None if autocast is None or self.inference_only else DTYPES[autocast]
+        self.remove_padding = bool(cfg.get("remove_padding")) and not self.inference_only
         if self.fused_kernels:
             check_fused_head(self.model)
+        if self.remove_padding:
+            check_fused_head(self.model, setting="use_remove_padding")
+            remove_padding.check_packed_rows(self.model.base_model)
         self._reference_is_base = self._adapters and bool(cfg.get("use_reference"))
         if cfg.get("use_reference") and not self.inference_only and not self._adapters:
-            ref = load_model(cfg["model_name_or_path"], dtype=cfg["model_dtype"])
+            ref = load_model(cfg["model_name_or_path"], **loads)
             ref.requires_grad_(False)
             self.reference_model = ref.eval()
         if cfg.get("teacher") and not self.inference_only:
             # Scored at self.temperature like the student (`score_teacher_tokens`); never
             # trained, never checkpointed (get_state), never sent to env runners.
-            teacher = load_model(cfg["teacher"], dtype=cfg["model_dtype"])
+            teacher = load_model(cfg["teacher"], **loads)
             teacher.requires_grad_(False)
             if self.fused_kernels:
                 check_fused_head(teacher)
+            if self.remove_padding:
+                check_fused_head(teacher, setting="use_remove_padding")
+                remove_padding.check_packed_rows(teacher.base_model)
             self.teacher_model = teacher.eval()
         critic = cfg.get("critic")
         self.gradient_checkpointing = cfg.get("gradient_checkpointing") is True and \
@@ -139,8 +152,9 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
                 self.value_head = value_head(self.model.config.hidden_size,
                                              DTYPES[cfg["model_dtype"]])
             else:
-                self.critic = load_value_model(critic["model_name_or_path"],
-                                               dtype=cfg["model_dtype"])
+                self.critic = load_value_model(critic["model_name_or_path"], **loads)
+                if self.remove_padding:
+                    remove_padding.check_packed_rows(self.critic.trunk)
         if self.gradient_checkpointing:
             for trunk in self._trunks():
                 enable_gradient_checkpointing(trunk)
@@ -160,6 +174,8 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
         sized, for the learner's device line; "" when nothing was.
         """
         cfg = self.model_config
+        if self.remove_padding:
+            remove_padding.check_attention_for_device(self.model, module_device(self.model))
         if free_bytes is None:
             free_bytes = free_device_bytes(module_device(self.model))
         if free_bytes is None or self.inference_only:
@@ -238,8 +254,8 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
         if hasattr(self, VALUE_HEAD):
             # One trunk pass serves both heads: the policy's (its LM head on the last hidden
             # states, as the causal LM computes its logits) and the values.
-            hidden = self._trunk_hidden(batch)  # (B, L, H)
-            out[VALUES] = response_values(self.value_head, hidden, batch[RESPONSE_IDS].shape[1])
+            hidden = self._trunk_hidden(batch)  # (B, L, H), or (1, N, H) unpadded
+            out[VALUES] = self._values(self.value_head, hidden, batch)
         elif self.has_critic:
             out[VALUES] = self.compute_values(batch)
         out[LOGP], out[ENTROPY] = self._token_logp(self.model, batch, hidden,
@@ -249,24 +265,46 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
     def _token_logp(self, model: torch.nn.Module, batch: dict[str, Any],
                     hidden: torch.Tensor | None = None, *, entropy_grad: bool):
         """log pi and the entropy (B, T) of the response tokens under `model`, from its trunk's
-        last hidden states (B, L, H) where given or fused kernels need them, else from its
-        logits."""
+        last hidden states (B, L, H), or (1, N, H) unpadded, where given or fused kernels or
+        remove_padding need them, else from its logits."""
         tokens = batch[RESPONSE_IDS]  # (B, T)
         t = tokens.shape[1]
+        if self.remove_padding:
+            rows = remove_padding.unpad(batch)
+            if hidden is None:
+                hidden = remove_padding.trunk_hidden(model.base_model, rows)
+            logp, entropy = self._head_logp(model, remove_padding.response_hidden(hidden, rows),
+                                            rows.response_ids, entropy_grad=entropy_grad)
+            return rows.scatter(logp), rows.scatter(entropy)
         if self.fused_kernels and hidden is None:
             hidden = last_hidden_state(model.base_model, batch[INPUT_IDS],
                                        batch[ATTENTION_MASK],
                                        position_ids_for(batch[ATTENTION_MASK]))
         if hidden is None:
             logits = response_logits(model, batch[INPUT_IDS], batch[ATTENTION_MASK], t)
-        elif self.fused_kernels:
-            return head_token_logp_and_entropy(hidden[:, -(t + 1) : -1],
-                                               model.get_output_embeddings(), tokens,
-                                               self.temperature, entropy_grad=entropy_grad)
-        else:
-            logits = model.get_output_embeddings()(hidden[:, -(t + 1) : -1])
-        return token_logp_and_entropy(logits, tokens, self.temperature,
+            return token_logp_and_entropy(logits, tokens, self.temperature,
+                                          entropy_grad=entropy_grad)
+        return self._head_logp(model, hidden[:, -(t + 1) : -1], tokens, entropy_grad=entropy_grad)
+
+    def _head_logp(self, model: torch.nn.Module, hidden: torch.Tensor, tokens: torch.Tensor, *,
+                   entropy_grad: bool):
+        """log pi and the entropy (R, C) of `tokens` (R, C) from the hidden states (R, C, H)
+        that predict them and `model`'s LM head (chunk by chunk with fused kernels)."""
+        head = model.get_output_embeddings()
+        if self.fused_kernels:
+            return head_token_logp_and_entropy(hidden, head, tokens, self.temperature,
+                                               entropy_grad=entropy_grad)
+        return token_logp_and_entropy(head(hidden), tokens, self.temperature,
                                       entropy_grad=entropy_grad)
+
+    def _values(self, head: torch.nn.Module, hidden: torch.Tensor,
+                batch: dict[str, Any]) -> torch.Tensor:
+        """Values (B, T) of the response tokens' states from a trunk's last hidden states
+        (`_trunk_hidden`'s layout) and a value head."""
+        if not self.remove_padding:
+            return response_values(head, hidden, batch[RESPONSE_IDS].shape[1])
+        rows = remove_padding.unpad(batch)
+        return rows.scatter(head(remove_padding.response_hidden(hidden, rows)).squeeze(-1).float())
 
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
         """RLlib's ValueFunctionAPI: V (B, T) of the state before each response token."""
@@ -275,16 +313,21 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
                 "RLVRModule has no critic: it is built for adv_estimator='gae' on learners "
                 "(env runners never hold one)."
             )
-        t = batch[RESPONSE_IDS].shape[1]
         if hasattr(self, VALUE_HEAD):
-            return response_values(self.value_head, self._trunk_hidden(batch), t)
-        return self.critic(batch[INPUT_IDS], batch[ATTENTION_MASK], t,
+            return self._values(self.value_head, self._trunk_hidden(batch), batch)
+        if self.remove_padding:
+            return self._values(self.critic.head, self._trunk_hidden(batch, self.critic.trunk),
+                                batch)
+        return self.critic(batch[INPUT_IDS], batch[ATTENTION_MASK], batch[RESPONSE_IDS].shape[1],
                            position_ids_for(batch[ATTENTION_MASK]))
 
-    def _trunk_hidden(self, batch: dict[str, Any]) -> torch.Tensor:
-        """The policy trunk's last hidden states (B, L, H) of the packed rows."""
-        return last_hidden_state(self.model.base_model, batch[INPUT_IDS],
-                                 batch[ATTENTION_MASK],
+    def _trunk_hidden(self, batch: dict[str, Any], trunk: torch.nn.Module | None = None):
+        """A trunk's (default: the policy's) last hidden states: (B, L, H) of the padded rows,
+        or (1, N, H) of their real tokens with remove_padding."""
+        trunk = self.model.base_model if trunk is None else trunk
+        if self.remove_padding:
+            return remove_padding.trunk_hidden(trunk, remove_padding.unpad(batch))
+        return last_hidden_state(trunk, batch[INPUT_IDS], batch[ATTENTION_MASK],
                                  position_ids_for(batch[ATTENTION_MASK]))
 
     @torch.no_grad()
@@ -303,7 +346,8 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
             keys = (INPUT_IDS, ATTENTION_MASK, RESPONSE_IDS)
             return micro_batches.map_rows(
                 lambda rows: self._in_forward(lambda: fn(rows)), {k: batch[k] for k in keys},
-                max_tokens=self.micro_batch_tokens, max_rows=self.micro_batch_rows)
+                max_tokens=self.micro_batch_tokens, max_rows=self.micro_batch_rows,
+                unpadded=self.remove_padding)
         finally:
             model.train(was_training)
 
@@ -442,12 +486,14 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
-def check_fused_head(model: torch.nn.Module) -> None:
+def check_fused_head(model: torch.nn.Module, setting: str = "use_fused_kernels") -> None:
     """Raise ValueError unless the model's logits are its LM head, a plain linear layer, on its
     trunk's last hidden states: what fused kernels compute from. A model that scales or
     soft-caps its logits, or a LoRA adapter on the head, is rejected rather than trained on
     other log-probs than it samples from: by the config's names for such a step, and by
-    comparing both on a 3-token input (the same matmul on the same hidden states)."""
+    comparing both on a 3-token input (the same matmul on the same hidden states). `setting`:
+    the config's setting that needs it (use_remove_padding runs the head on hidden states too).
+    """
     head = model.get_output_embeddings()
     scaling = [name for name in POST_HEAD_SETTINGS
                if getattr(model.config, name, None) not in (None, 1, 1.0)]
@@ -472,8 +518,8 @@ def check_fused_head(model: torch.nn.Module) -> None:
         if not torch.allclose(ours.float(), logits.float(), rtol=1e-4, atol=1e-5):
             why = "its logits are not its LM head on its last hidden states"
     if why:
-        raise ValueError(f"RLVRConfig.use_fused_kernels=True computes log-probs from the LM head "
-                         f"on the last hidden states, but {why}; set use_fused_kernels=False.")
+        raise ValueError(f"RLVRConfig.{setting}=True computes log-probs from the LM head "
+                         f"on the last hidden states, but {why}; set {setting}=False.")
 
 
 def _frozen_base(key: str) -> bool:

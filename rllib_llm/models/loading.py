@@ -255,12 +255,14 @@ def encode_prompt(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
     return list(tokenizer(text)["input_ids"])
 
 
-def load_model(name_or_path: str = EMBEDDED, *, dtype: str = "float32") -> PreTrainedModel:
+def load_model(name_or_path: str = EMBEDDED, *, dtype: str = "float32",
+               attn_implementation: str | None = None) -> PreTrainedModel:
     """Load a causal LM in eval mode.
 
     Args:
         name_or_path: `"embedded"`, `"embedded_tool"`, a local checkpoint directory, or a hub id.
         dtype: one of `DTYPES` ("float32", "bfloat16", "float16"); the weights are cast to it.
+        attn_implementation: transformers' attention implementation; None = its default.
     """
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r} is not one of {sorted(DTYPES)}; pass e.g. 'float32'")
@@ -273,7 +275,8 @@ def load_model(name_or_path: str = EMBEDDED, *, dtype: str = "float32") -> PreTr
     path = resolve_checkpoint(name_or_path, kind="model")  # fails fast, before the import
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype])
+    extra = {} if attn_implementation is None else {"attn_implementation": attn_implementation}
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], **extra)
     return model.eval()
 
 

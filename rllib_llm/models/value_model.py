@@ -57,8 +57,10 @@ class ValueModel(nn.Module):
         return response_values(self.head, hidden, t)
 
 
-def load_value_model(name_or_path: str = EMBEDDED, *, dtype: str = "float32") -> ValueModel:
-    """A critic from a causal LM (zero head) or a one-label reward model (its score head)."""
+def load_value_model(name_or_path: str = EMBEDDED, *, dtype: str = "float32",
+                     attn_implementation: str | None = None) -> ValueModel:
+    """A critic from a causal LM (zero head) or a one-label reward model (its score head);
+    `attn_implementation` as `load_model`'s."""
     path = resolve_checkpoint(name_or_path, kind="model")
     from transformers import AutoConfig
 
@@ -72,8 +74,11 @@ def load_value_model(name_or_path: str = EMBEDDED, *, dtype: str = "float32") ->
             )
         from transformers import AutoModelForSequenceClassification
 
-        model = AutoModelForSequenceClassification.from_pretrained(path, dtype=DTYPES[dtype])
+        extra = {} if attn_implementation is None else \
+            {"attn_implementation": attn_implementation}
+        model = AutoModelForSequenceClassification.from_pretrained(path, dtype=DTYPES[dtype],
+                                                                   **extra)
         return ValueModel(model.base_model, model.score)
-    model = load_model(name_or_path, dtype=dtype)
+    model = load_model(name_or_path, dtype=dtype, attn_implementation=attn_implementation)
     trunk = model.base_model  # the LM without its vocabulary head
     return ValueModel(trunk, value_head(model.config.hidden_size, DTYPES[dtype]))
