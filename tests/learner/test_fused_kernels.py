@@ -4,23 +4,12 @@ training iteration takes the same update; what fused kernels cannot compute is r
 
 from __future__ import annotations
 
-import gymnasium as gym
 import pytest
 import torch
-from ray.rllib.core import DEFAULT_MODULE_ID
 
 from rllib_llm.learner import token_logp
-from rllib_llm.learner.module import RLVRModule, check_fused_head
+from rllib_llm.learner.module import check_fused_head
 from rllib_llm.recipes.embedded import embedded_config
-
-SPACES = dict(observation_space=gym.spaces.Discrete(2), action_space=gym.spaces.Discrete(2))
-SMALL = dict(rollout_batch_size=4, num_return_sequences_in_group=4, response_length=6)
-
-
-def module(fused: bool, **overrides) -> RLVRModule:
-    spec = embedded_config("ppo", **SMALL, use_fused_kernels=fused,
-                           **overrides).get_default_rl_module_spec()
-    return RLVRModule(**SPACES, model_config=spec.model_config)
 
 
 def packed_batch(vocab: int) -> dict[str, torch.Tensor]:
@@ -38,9 +27,11 @@ def packed_batch(vocab: int) -> dict[str, torch.Tensor]:
     {"adv_estimator": "gae", "critic_shares_trunk": True, "entropy_coef": 0.01},
     {"lora_rank": 2, "entropy_coef": 0.0},  # adapters on every linear layer but the head
 ], ids=["logp", "entropy-grad", "shared-trunk-critic", "lora"])
-def test_the_fused_path_gives_the_plain_paths_values_and_gradients(monkeypatch, overrides):
+def test_the_fused_path_gives_the_plain_paths_values_and_gradients(monkeypatch, small_module,
+                                                                  overrides):
     monkeypatch.setattr(token_logp, "HEAD_CHUNK_POSITIONS", 5)  # 24 positions: 5 chunks
-    plain, fused = module(False, **overrides), module(True, **overrides)
+    plain = small_module(use_fused_kernels=False, **overrides)
+    fused = small_module(use_fused_kernels=True, **overrides)
     fused.load_state_dict(plain.state_dict())
     batch = packed_batch(plain.model.config.vocab_size)
     weights = torch.randn(4, 6, generator=torch.Generator().manual_seed(1))
@@ -64,8 +55,9 @@ def test_the_fused_path_gives_the_plain_paths_values_and_gradients(monkeypatch, 
         torch.testing.assert_close(grads[1][name], grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
-def test_scoring_is_the_same_and_holds_no_logits(monkeypatch):
-    plain, fused = module(False, use_kl_loss=True), module(True, use_kl_loss=True)
+def test_scoring_is_the_same_and_holds_no_logits(small_module):
+    plain = small_module(use_fused_kernels=False, use_kl_loss=True)
+    fused = small_module(use_fused_kernels=True, use_kl_loss=True)
     fused.load_state_dict(plain.state_dict())
     batch = packed_batch(plain.model.config.vocab_size)
     for reference in (False, True):
@@ -80,21 +72,16 @@ def test_scoring_is_the_same_and_holds_no_logits(monkeypatch):
 
 
 @pytest.mark.usefixtures("ray_session")
-def test_one_iteration_takes_the_same_update():
-    settings = dict(**SMALL, mini_batch_size=8, micro_batch_size=4, ppo_epochs=2, lr=1e-3,
+def test_one_iteration_takes_the_same_update(one_iteration):
+    settings = dict(mini_batch_size=8, micro_batch_size=4, ppo_epochs=2, lr=1e-3,
                     use_kl_loss=True, kl_loss_coef=0.1, entropy_coef=0.01)
     weights, metrics = [], []
     for fused in (False, True):
-        algo = embedded_config("ppo", seed=5, use_fused_kernels=fused, **settings).build_algo()
-        initial = {k: torch.as_tensor(v).clone()
-                   for k, v in algo.learner_group.get_weights()[DEFAULT_MODULE_ID].items()}
-        result = algo.train()
-        metrics.append(result["learners"][DEFAULT_MODULE_ID])
-        weights.append({k: torch.as_tensor(v).clone()
-                        for k, v in algo.learner_group.get_weights()[DEFAULT_MODULE_ID].items()})
-        algo.stop()
+        result, initial, after = one_iteration(use_fused_kernels=fused, **settings)
+        metrics.append(result)
+        weights.append(after)
         assert max(float((v - initial[k]).abs().max())
-                   for k, v in weights[-1].items()) > 1e-3  # 4 Adam steps at lr 1e-3
+                   for k, v in after.items()) > 1e-3  # 4 Adam steps at lr 1e-3
     assert metrics[0]["num_optimizer_steps"] == metrics[1]["num_optimizer_steps"] == 4
     for key in ("loss", "entropy", "kl_loss", "approx_kl"):
         assert metrics[1][key] == pytest.approx(metrics[0][key], rel=1e-5, abs=1e-6), key
@@ -104,12 +91,12 @@ def test_one_iteration_takes_the_same_update():
         torch.testing.assert_close(weights[1][name], value, atol=1e-4, rtol=0)
 
 
-def test_what_fused_kernels_cannot_compute_is_rejected():
+def test_what_fused_kernels_cannot_compute_is_rejected(small_module):
     with pytest.raises(ValueError, match="LM head is a peft.*, not a plain torch.nn.Linear"):
-        module(True, lora_rank=2, lora_target_modules=["lm_head"])
+        small_module(use_fused_kernels=True, lora_rank=2, lora_target_modules=["lm_head"])
     # A model that scales its logits after the head (as Cohere's logit_scale or Gemma's
     # soft-capping do) would be trained on other log-probs than it samples from.
-    model = module(False).model
+    model = small_module().model
     forward = model.forward
 
     def scaled(*args, **kwargs):
@@ -124,7 +111,7 @@ def test_what_fused_kernels_cannot_compute_is_rejected():
     model.config.final_logit_softcapping = 30.0
     with pytest.raises(ValueError, match="config sets final_logit_softcapping"):
         check_fused_head(model)
-    module(True, model_dtype="bfloat16")  # a plain head in bf16 passes
+    small_module(use_fused_kernels=True, model_dtype="bfloat16")  # a plain head in bf16 passes
     with pytest.raises(ValueError, match="use_fused_kernels=True.*zero_stage=2"):
         embedded_config("topr", learner_strategy="deepspeed", zero_stage=3,
                         use_fused_kernels=True).learners(num_learners=1).validate()

@@ -5,24 +5,11 @@ that would let packed rows see each other is rejected."""
 
 from __future__ import annotations
 
-import gymnasium as gym
 import pytest
 import torch
-from ray.rllib.core import DEFAULT_MODULE_ID
 
 from rllib_llm.exchange import token_budget
 from rllib_llm.learner import micro_batches, remove_padding
-from rllib_llm.learner.module import RLVRModule
-from rllib_llm.recipes.embedded import embedded_config
-
-SPACES = dict(observation_space=gym.spaces.Discrete(2), action_space=gym.spaces.Discrete(2))
-SMALL = dict(rollout_batch_size=4, num_return_sequences_in_group=4, response_length=6)
-
-
-def module(unpadded: bool, **overrides) -> RLVRModule:
-    spec = embedded_config("ppo", **SMALL, use_remove_padding=unpadded,
-                           **overrides).get_default_rl_module_spec()
-    return RLVRModule(**SPACES, model_config=spec.model_config)
 
 
 def padded_batch(vocab: int) -> dict[str, torch.Tensor]:
@@ -63,8 +50,9 @@ def test_unpad_lays_out_the_real_tokens_and_their_predictors():
     {"lora_rank": 2, "entropy_coef": 0.0},
     {"use_fused_kernels": True, "entropy_coef": 0.01},
 ], ids=["logp", "entropy-grad", "shared-trunk-critic", "critic", "lora", "fused"])
-def test_the_unpadded_path_gives_the_padded_paths_values_and_gradients(overrides):
-    padded, unpadded = module(False, **overrides), module(True, **overrides)
+def test_the_unpadded_path_gives_the_padded_paths_values_and_gradients(small_module, overrides):
+    padded = small_module(use_remove_padding=False, **overrides)
+    unpadded = small_module(use_remove_padding=True, **overrides)
     unpadded.load_state_dict(padded.state_dict())
     batch = padded_batch(padded.model.config.vocab_size)
     real = batch["attention_mask"][:, -6:].bool()
@@ -93,9 +81,10 @@ def test_the_unpadded_path_gives_the_padded_paths_values_and_gradients(overrides
         torch.testing.assert_close(grads[1][name], grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
-def test_scoring_is_the_same():
+def test_scoring_is_the_same(small_module):
     settings = dict(use_kl_loss=True, adv_estimator="gae", critic_shares_trunk=False)
-    padded, unpadded = module(False, **settings), module(True, **settings)
+    padded = small_module(use_remove_padding=False, **settings)
+    unpadded = small_module(use_remove_padding=True, **settings)
     unpadded.load_state_dict(padded.state_dict())
     batch = padded_batch(padded.model.config.vocab_size)
     real = batch["attention_mask"][:, -6:].bool()
@@ -118,8 +107,8 @@ def test_the_budget_counts_real_tokens():
 
 
 @pytest.mark.usefixtures("ray_session")
-def test_one_iteration_takes_the_same_update_in_fewer_passes(monkeypatch):
-    settings = dict(**SMALL, mini_batch_size=8, ppo_epochs=2, lr=1e-3, use_kl_loss=True,
+def test_one_iteration_takes_the_same_update_in_fewer_passes(monkeypatch, one_iteration):
+    settings = dict(mini_batch_size=8, ppo_epochs=2, lr=1e-3, use_kl_loss=True,
                     kl_loss_coef=0.1, entropy_coef=0.01, max_tokens_per_micro_batch=26)
     split = micro_batches.split
     passes = []
@@ -133,18 +122,12 @@ def test_one_iteration_takes_the_same_update_in_fewer_passes(monkeypatch):
     weights, metrics, counts = [], [], []
     for unpadded in (False, True):
         passes.clear()
-        algo = embedded_config("ppo", seed=5, use_remove_padding=unpadded,
-                               **settings).build_algo()
-        initial = {k: torch.as_tensor(v).clone()
-                   for k, v in algo.learner_group.get_weights()[DEFAULT_MODULE_ID].items()}
-        result = algo.train()
-        metrics.append(result["learners"][DEFAULT_MODULE_ID])
-        weights.append({k: torch.as_tensor(v).clone()
-                        for k, v in algo.learner_group.get_weights()[DEFAULT_MODULE_ID].items()})
-        algo.stop()
+        result, initial, after = one_iteration(use_remove_padding=unpadded, **settings)
+        metrics.append(result)
+        weights.append(after)
         counts.append(sum(passes))
         assert max(float((v - initial[k]).abs().max())
-                   for k, v in weights[-1].items()) > 1e-3  # 4 Adam steps at lr 1e-3
+                   for k, v in after.items()) > 1e-3  # 4 Adam steps at lr 1e-3
     assert metrics[0]["num_optimizer_steps"] == metrics[1]["num_optimizer_steps"] == 4
     # The embedded task's rows differ by 1-2 tokens, so little is padding: at this budget the
     # 4 steps take 16 passes padded and 14 unpadded (seed 5; measured).
@@ -157,8 +140,8 @@ def test_one_iteration_takes_the_same_update_in_fewer_passes(monkeypatch):
         torch.testing.assert_close(weights[1][name], value, atol=1e-4, rtol=0)
 
 
-def test_a_model_that_lets_packed_rows_meet_is_rejected():
-    trunk = module(False).model.base_model
+def test_a_model_that_lets_packed_rows_meet_is_rejected(small_module):
+    trunk = small_module().model.base_model
     forward = trunk.forward
     # A trunk that ignores the positions attends across the packed rows, as a model without
     # transformers' packed-sequence masking would.
@@ -169,8 +152,8 @@ def test_a_model_that_lets_packed_rows_meet_is_rejected():
     remove_padding.check_packed_rows(trunk)
 
 
-def test_a_dense_mask_is_refused_on_a_gpu_and_the_learner_picks_its_attention():
-    unpadded = module(True)
+def test_a_dense_mask_is_refused_on_a_gpu_and_the_learner_picks_its_attention(small_module):
+    unpadded = small_module(use_remove_padding=True)
     remove_padding.check_attention_for_device(unpadded.model, torch.device("cpu"))
     with pytest.raises(ValueError, match="use_remove_padding=True on cuda: with 'sdpa'"):
         remove_padding.check_attention_for_device(unpadded.model, torch.device("cuda"))
@@ -178,11 +161,10 @@ def test_a_dense_mask_is_refused_on_a_gpu_and_the_learner_picks_its_attention():
     remove_padding.check_attention_for_device(unpadded.model, torch.device("cuda"))
     # attn_implementation reaches every model a learner loads (eager here: flex attention
     # compiles for a minute on a CPU, and runs no backward there); env runners keep the default.
-    spec = embedded_config("ppo", **SMALL, use_remove_padding=True, use_kl_loss=True,
-                           attn_implementation="eager").get_default_rl_module_spec()
-    learner = RLVRModule(**SPACES, model_config=spec.model_config)
+    settings = dict(use_remove_padding=True, use_kl_loss=True, attn_implementation="eager")
+    learner = small_module(**settings)
     for model in (learner.model, learner.reference_model):
         assert model.config._attn_implementation == "eager"
-    runner = RLVRModule(**SPACES, model_config=spec.model_config, inference_only=True)
+    runner = small_module(**settings, inference_only=True)
     assert runner.model.config._attn_implementation == "sdpa"
     assert not runner.remove_padding
