@@ -123,11 +123,7 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
         autocast = cfg.get("autocast_dtype")
         self.autocast_dtype = None if autocast is None or self.inference_only else DTYPES[autocast]
         self.remove_padding = bool(cfg.get("remove_padding")) and not self.inference_only
-        if self.fused_kernels:
-            check_fused_head(self.model)
-        if self.remove_padding:
-            check_fused_head(self.model, setting="use_remove_padding")
-            remove_padding.check_packed_rows(self.model.base_model)
+        self._check_hidden_paths(self.model)
         self._reference_is_base = self._adapters and bool(cfg.get("use_reference"))
         if cfg.get("use_reference") and not self.inference_only and not self._adapters:
             ref = load_model(cfg["model_name_or_path"], **loads)
@@ -138,11 +134,7 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
             # trained, never checkpointed (get_state), never sent to env runners.
             teacher = load_model(cfg["teacher"], **loads)
             teacher.requires_grad_(False)
-            if self.fused_kernels:
-                check_fused_head(teacher)
-            if self.remove_padding:
-                check_fused_head(teacher, setting="use_remove_padding")
-                remove_padding.check_packed_rows(teacher.base_model)
+            self._check_hidden_paths(teacher)
             self.teacher_model = teacher.eval()
         critic = cfg.get("critic")
         self.gradient_checkpointing = cfg.get("gradient_checkpointing") is True and \
@@ -158,6 +150,16 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
         if self.gradient_checkpointing:
             for trunk in self._trunks():
                 enable_gradient_checkpointing(trunk)
+
+    def _check_hidden_paths(self, model: torch.nn.Module) -> None:
+        """Reject a causal LM that fused kernels or remove_padding would score wrongly: both
+        run its LM head on its trunk's last hidden states (`check_fused_head`, once), and
+        remove_padding packs rows its trunk must keep apart (`check_packed_rows`)."""
+        if self.fused_kernels or self.remove_padding:
+            check_fused_head(model, setting="use_fused_kernels" if self.fused_kernels
+                             else "use_remove_padding")
+        if self.remove_padding:
+            remove_padding.check_packed_rows(model.base_model)
 
     def _trunks(self) -> list[torch.nn.Module]:
         """The models gradient checkpointing applies to: the policy's, and a critic's trunk."""

@@ -275,8 +275,8 @@ def load_model(name_or_path: str = EMBEDDED, *, dtype: str = "float32",
     path = resolve_checkpoint(name_or_path, kind="model")  # fails fast, before the import
     from transformers import AutoModelForCausalLM
 
-    extra = {} if attn_implementation is None else {"attn_implementation": attn_implementation}
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], **extra)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype],
+                                                 attn_implementation=attn_implementation)
     return model.eval()
 
 

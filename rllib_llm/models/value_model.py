@@ -74,10 +74,8 @@ def load_value_model(name_or_path: str = EMBEDDED, *, dtype: str = "float32",
             )
         from transformers import AutoModelForSequenceClassification
 
-        extra = {} if attn_implementation is None else \
-            {"attn_implementation": attn_implementation}
-        model = AutoModelForSequenceClassification.from_pretrained(path, dtype=DTYPES[dtype],
-                                                                   **extra)
+        model = AutoModelForSequenceClassification.from_pretrained(
+            path, dtype=DTYPES[dtype], attn_implementation=attn_implementation)
         return ValueModel(model.base_model, model.score)
     model = load_model(name_or_path, dtype=dtype, attn_implementation=attn_implementation)
     trunk = model.base_model  # the LM without its vocabulary head
