@@ -3,18 +3,22 @@
     python benchmarks/remove_padding.py [--model smollm2 --rows 16 --prompt 64 --response 128]
 
 Each variant, padded (the default) and unpadded, runs in a fresh process that builds the
-learner's module (RLVRModule) from the same checkpoint and times updates on the same batch:
-`--rows` rows of random tokens, prompt lengths uniform in [prompt/2, prompt] and response
-lengths uniform in [response/8, response] (RL responses end at EOS at any length), cut into
-micro-batches under the learner's budget (`--budget`; default "auto", sized for a GPU as the
-learner sizes it; unpadded it counts real tokens) with forward, a token-level loss and backward
-per micro-batch, as the learner runs them. Prints a Markdown table: passes per update, the
-positions the layers computed on, seconds per update (median of `--updates` after one warm-up),
-real tokens/s, the ratio to padded, the peak memory of the update (CUDA allocated on a GPU, else
-RSS above the RSS before it) and, on a GPU, MFU (6 x parameters x real tokens / s over the GPU's
-dense bf16 peak, gpu_check.py's table). `--attention` sets the learner's attn_implementation
-(default sdpa; flex_attention or flash_attention_2 where installed: on a GPU use_remove_padding
-needs one of them).
+learner's module (RLVRModule) from the same checkpoint and times updates, each on a batch of its
+own (the same batches for both variants): `--rows` rows of random tokens, prompt lengths uniform
+in [prompt/2, prompt] and response lengths uniform in [response/8, response] (RL responses end
+at EOS at any length), cut into micro-batches under the learner's budget (`--budget`; default
+"auto", sized for a GPU as the learner sizes it; unpadded it counts real tokens) with forward, a
+token-level loss and backward per micro-batch, as the learner runs them. A packed pass's length
+therefore changes with every micro-batch, as in training: what decides whether a compiled
+attention (flex_attention) recompiles. Prints a Markdown table: passes and positions the layers
+computed on (the last update), seconds per update (median of `--updates` after one warm-up),
+real tokens/s (over all timed updates), the ratio to padded, the peak memory of the updates (CUDA
+allocated on a GPU, else RSS above the RSS before them), the graphs torch.compile built during
+the timed updates (0 when nothing recompiles for a new length) and, on a GPU, MFU (6 x
+parameters x real tokens / s over the GPU's dense bf16 peak, gpu_check.py's table).
+`--attention` sets the learner's attn_implementation (default sdpa; flex_attention or
+flash_attention_2 where installed: on a GPU use_remove_padding needs one of them;
+flex_attention runs no backward on a CPU).
 """
 
 from __future__ import annotations
@@ -84,6 +88,7 @@ def update(module, batch, device) -> tuple[int, int]:
 def measure(args, unpadded: bool) -> dict:
     """One variant's figures (in its own process)."""
     import torch
+    from torch._dynamo.utils import counters
 
     torch.manual_seed(0)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -93,23 +98,28 @@ def measure(args, unpadded: bool) -> dict:
     module.to(device).train()
     # As the learner does: on a GPU an "auto" budget is what fits the device's share.
     sized = module.size_for_device(args.device_memory_share)
-    batch = random_batch(args, module.model.config.vocab_size, seed=1)
-    update(module, batch, device)  # warm-up (kernel selection, allocator)
+    vocab = module.model.config.vocab_size
+    update(module, random_batch(args, vocab, seed=0), device)  # warm-up (compiles, allocator)
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     before = reset_peak_rss()
-    times = []
-    for _ in range(args.updates):
+    graphs_before = counters["stats"]["unique_graphs"]
+    times, real = [], []
+    for seed in range(1, args.updates + 1):
+        batch = random_batch(args, vocab, seed)
         start = time.perf_counter()
         passes, positions = update(module, batch, device)
         if device.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
+        real.append(int(batch["attention_mask"].sum()))
     peak = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" \
         else rss_mib("VmHWM") - before
-    return dict(passes=passes, positions=positions, real=int(batch["attention_mask"].sum()),
-                seconds=statistics.median(times), peak_mib=peak, sized=sized,
+    return dict(passes=passes, positions=positions, real=statistics.median(real),
+                seconds=statistics.median(times), tokens_per_s=sum(real) / sum(times),
+                peak_mib=peak, sized=sized,
+                compiled=counters["stats"]["unique_graphs"] - graphs_before,
                 params=sum(p.numel() for p in module.model.parameters()))
 
 
@@ -169,14 +179,14 @@ def main() -> None:
           f"{args.response}, budget {args.budget}, attention {args.attention or 'default'}, "
           f"{platform.processor() or platform.machine()}"
           + "".join(f"; {r['variant']}: {r['sized']}" for r in rows if r["sized"]))
-    print("| variant | passes | positions computed | real tokens | s / update | real tokens/s "
-          "| ratio to padded | peak MiB | MFU |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| variant | passes | positions computed | real tokens (median) | s / update "
+          "| real tokens/s | ratio to padded | peak MiB | graphs compiled | MFU |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        mfu = f"{6 * r['params'] * r['real'] / r['seconds'] / flops:.1%}" if flops else "n/a"
+        mfu = f"{6 * r['params'] * r['tokens_per_s'] / flops:.1%}" if flops else "n/a"
         print(f"| {r['variant']} | {r['passes']} | {r['positions']:,} | {r['real']:,} "
-              f"| {r['seconds']:.2f} | {r['real'] / r['seconds']:,.0f} "
-              f"| {r['seconds'] / base:.2f}x | {r['peak_mib']:,.0f} | {mfu} |")
+              f"| {r['seconds']:.2f} | {r['tokens_per_s']:,.0f} "
+              f"| {r['seconds'] / base:.2f}x | {r['peak_mib']:,.0f} | {r['compiled']} | {mfu} |")
 
 
 if __name__ == "__main__":
