@@ -502,8 +502,9 @@ def run_ours(sizes: Sizes, path: str, ray_address: str, overrides: dict,
         memory = {"learner (driver)": learner,
                   **dict(on_runners(algo, runner_peak_memory, local=False))}
         processes = process_reports(algo)
-        settings = {name: getattr(config, name) for name in MEMORY_SETTINGS
-                    if hasattr(config, name)}
+        # The memory settings, and whatever --ours-set changed (the table's settings line).
+        settings = {name: getattr(config, name) for name in dict.fromkeys(
+            (*MEMORY_SETTINGS, *overrides)) if hasattr(config, name)}
         # After the peaks are read: model.generate's memory is not ours.
         engine, = on_runners(algo, lambda runner: engine_vs_generate(
             runner, sizes.prompts, sizes.group, sizes.tokens), local=False) \

@@ -10,8 +10,8 @@ at EOS at any length), cut into micro-batches under the learner's budget (`--bud
 "auto", sized for a GPU as the learner sizes it; unpadded it counts real tokens) with forward, a
 token-level loss and backward per micro-batch, as the learner runs them. A packed pass's length
 therefore changes with every micro-batch, as in training: what decides whether a compiled
-attention (flex_attention) recompiles. Prints a Markdown table: passes and positions the layers
-computed on (the last update), seconds per update (median of `--updates` after one warm-up),
+attention (flex_attention) recompiles. Prints a Markdown table, medians over `--updates` after one
+warm-up: passes, positions the layers computed on, real tokens and seconds per update;
 real tokens/s (over all timed updates), the ratio to padded, the peak memory of the updates (CUDA
 allocated on a GPU, else RSS above the RSS before them), the graphs torch.compile built during
 the timed updates (0 when nothing recompiles for a new length) and, on a GPU, MFU (6 x
@@ -105,19 +105,22 @@ def measure(args, unpadded: bool) -> dict:
         torch.cuda.reset_peak_memory_stats()
     before = reset_peak_rss()
     graphs_before = counters["stats"]["unique_graphs"]
-    times, real = [], []
+    times, real, passes, positions = [], [], [], []
     for seed in range(1, args.updates + 1):
         batch = random_batch(args, vocab, seed)
         start = time.perf_counter()
-        passes, positions = update(module, batch, device)
+        n_passes, n_positions = update(module, batch, device)
         if device.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
         real.append(int(batch["attention_mask"].sum()))
+        passes.append(n_passes)
+        positions.append(n_positions)
     peak = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" \
         else rss_mib("VmHWM") - before
-    return dict(passes=passes, positions=positions, real=statistics.median(real),
-                seconds=statistics.median(times), tokens_per_s=sum(real) / sum(times),
+    median = statistics.median
+    return dict(passes=median(passes), positions=median(positions), real=median(real),
+                seconds=median(times), tokens_per_s=sum(real) / sum(times),
                 peak_mib=peak, sized=sized,
                 compiled=counters["stats"]["unique_graphs"] - graphs_before,
                 params=sum(p.numel() for p in module.model.parameters()))
@@ -179,12 +182,12 @@ def main() -> None:
           f"{args.response}, budget {args.budget}, attention {args.attention or 'default'}, "
           f"{platform.processor() or platform.machine()}"
           + "".join(f"; {r['variant']}: {r['sized']}" for r in rows if r["sized"]))
-    print("| variant | passes | positions computed | real tokens (median) | s / update "
+    print("| variant | passes | positions computed | real tokens | s / update "
           "| real tokens/s | ratio to padded | peak MiB | graphs compiled | MFU |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         mfu = f"{6 * r['params'] * r['tokens_per_s'] / flops:.1%}" if flops else "n/a"
-        print(f"| {r['variant']} | {r['passes']} | {r['positions']:,} | {r['real']:,} "
+        print(f"| {r['variant']} | {r['passes']:g} | {r['positions']:,.0f} | {r['real']:,.0f} "
               f"| {r['seconds']:.2f} | {r['tokens_per_s']:,.0f} "
               f"| {r['seconds'] / base:.2f}x | {r['peak_mib']:,.0f} | {r['compiled']} | {mfu} |")
 

@@ -19,11 +19,14 @@ OURS_BUDGET = 2048  # --ours-set: not the default (4096), so the report shows it
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def report(tmp_path_factory) -> dict:
+def gpu_check(tmp_path_factory, part: str) -> dict:
+    """One part of `gpu_check.py --small`, in a process of its own: pytest-xdist may hand this
+    module's tests to two workers, and a module fixture runs once in each, so a fixture per part
+    keeps the check from running twice whole (about 50 s a part, 80 s both in one process)."""
     path = tmp_path_factory.mktemp("gpu_check") / "report.json"
-    run = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--small", "--json",
-                          str(path), "--ours-set", f"max_tokens_per_micro_batch={OURS_BUDGET}"],
+    run = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--small", "--parts", part,
+                          "--json", str(path),
+                          "--ours-set", f"max_tokens_per_micro_batch={OURS_BUDGET}"],
                          capture_output=True, text=True, timeout=300, cwd=ROOT,
                          env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
@@ -31,8 +34,19 @@ def report(tmp_path_factory) -> dict:
     return json.loads(path.read_text())
 
 
-def test_every_placement_reports_each_process_on_the_cpu(report):
-    placements = {row["placement"]: row for row in report["placements"]}
+@pytest.fixture(scope="module")
+def placements_report(tmp_path_factory) -> dict:
+    return gpu_check(tmp_path_factory, "placements")
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> dict:
+    """The 403M shape's part."""
+    return gpu_check(tmp_path_factory, "shape")
+
+
+def test_every_placement_reports_each_process_on_the_cpu(placements_report):
+    placements = {row["placement"]: row for row in placements_report["placements"]}
     assert set(placements) == {"one process", "local learner + remote runner",
                                "remote learner + remote runner"}
     for name, row in placements.items():
@@ -42,6 +56,7 @@ def test_every_placement_reports_each_process_on_the_cpu(report):
         for p in row["processes"]:
             assert p["device"] == "cpu" and p["gpu_given"] is not True, (name, p)
         assert row["problems"] == [] and 0 <= row["before"] <= 1 and row["s_per_iteration"] > 0
+    assert placements_report["failures"] == []
     one = placements["one process"]["processes"]
     assert len({p["pid"] for p in one}) == 1  # learner and sampler in the driver
     remote = placements["remote learner + remote runner"]["processes"]
