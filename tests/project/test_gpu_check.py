@@ -40,8 +40,7 @@ def placements_report(tmp_path_factory) -> dict:
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory) -> dict:
-    """The 403M shape's part."""
+def shape_report(tmp_path_factory) -> dict:
     return gpu_check(tmp_path_factory, "shape")
 
 
@@ -63,8 +62,8 @@ def test_every_placement_reports_each_process_on_the_cpu(placements_report):
     assert len({p["pid"] for p in remote}) == 3  # driver, learner actor, env runner actor
 
 
-def test_the_shape_ran_our_side_and_ran_or_skipped_trls(report):
-    shape = report["shape"]
+def test_the_shape_ran_our_side_and_ran_or_skipped_trls(shape_report):
+    shape = shape_report["shape"]
     ours, trl = shape["ours"], shape["trl"]
     assert "error" not in ours, ours
     assert ours["update_s"] > 0 and ours["full_length"] is True
@@ -78,14 +77,15 @@ def test_the_shape_ran_our_side_and_ran_or_skipped_trls(report):
         assert "error" not in trl, trl
         assert trl["update_s"] > 0 and trl["full_length"] is True
         assert shape["comparison"]["time_ratio"] > 0
-    assert report["failures"] == []
+    assert shape_report["failures"] == []
 
 
-def test_our_side_reports_its_sized_settings_its_phases_and_its_engine_against_generate(report):
+def test_our_side_reports_its_sized_settings_its_phases_and_its_engine_against_generate(
+        shape_report):
     """What the goal line reads: the settings each process settled on its device (on a CPU the
     fixed defaults, an explicit value as given), an update's time by phase from the new metrics,
     and the engine alone against model.generate on the same rows."""
-    shape = report["shape"]
+    shape = shape_report["shape"]
     ours, sizes = shape["ours"], shape["sizes"]
     assert ours["sized"] == {"max_tokens_per_micro_batch": OURS_BUDGET,
                              "gradient_checkpointing": False,
