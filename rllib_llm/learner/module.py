@@ -42,7 +42,6 @@ from rllib_llm.models import DTYPES, load_model, lora
 from rllib_llm.models.value_model import (
     last_hidden_state,
     load_value_model,
-    response_values,
     value_head,
 )
 
@@ -267,46 +266,43 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
     def _token_logp(self, model: torch.nn.Module, batch: dict[str, Any],
                     hidden: torch.Tensor | None = None, *, entropy_grad: bool):
         """log pi and the entropy (B, T) of the response tokens under `model`, from its trunk's
-        last hidden states (B, L, H), or (1, N, H) unpadded, where given or fused kernels or
+        last hidden states (`_trunk_hidden`'s layout) where given or fused kernels or
         remove_padding need them, else from its logits."""
-        tokens = batch[RESPONSE_IDS]  # (B, T)
-        t = tokens.shape[1]
-        if self.remove_padding:
-            rows = remove_padding.unpad(batch)
-            if hidden is None:
-                hidden = remove_padding.trunk_hidden(model.base_model, rows)
-            logp, entropy = self._head_logp(model, remove_padding.response_hidden(hidden, rows),
-                                            rows.response_ids, entropy_grad=entropy_grad)
-            return rows.scatter(logp), rows.scatter(entropy)
-        if self.fused_kernels and hidden is None:
-            hidden = last_hidden_state(model.base_model, batch[INPUT_IDS],
-                                       batch[ATTENTION_MASK],
-                                       position_ids_for(batch[ATTENTION_MASK]))
-        if hidden is None:
-            logits = response_logits(model, batch[INPUT_IDS], batch[ATTENTION_MASK], t)
+        if hidden is None and not (self.fused_kernels or self.remove_padding):
+            tokens = batch[RESPONSE_IDS]  # (B, T)
+            logits = response_logits(model, batch[INPUT_IDS], batch[ATTENTION_MASK],
+                                     tokens.shape[1])
             return token_logp_and_entropy(logits, tokens, self.temperature,
                                           entropy_grad=entropy_grad)
-        return self._head_logp(model, hidden[:, -(t + 1) : -1], tokens, entropy_grad=entropy_grad)
-
-    def _head_logp(self, model: torch.nn.Module, hidden: torch.Tensor, tokens: torch.Tensor, *,
-                   entropy_grad: bool):
-        """log pi and the entropy (R, C) of `tokens` (R, C) from the hidden states (R, C, H)
-        that predict them and `model`'s LM head (chunk by chunk with fused kernels)."""
+        if hidden is None:
+            hidden = self._trunk_hidden(batch, model.base_model)
+        states, tokens, place = self._response_states(hidden, batch)
         head = model.get_output_embeddings()
-        if self.fused_kernels:
-            return head_token_logp_and_entropy(hidden, head, tokens, self.temperature,
-                                               entropy_grad=entropy_grad)
-        return token_logp_and_entropy(head(hidden), tokens, self.temperature,
-                                      entropy_grad=entropy_grad)
+        if self.fused_kernels:  # the LM head chunk by chunk: no (R, C, V) logits held
+            logp, entropy = head_token_logp_and_entropy(states, head, tokens, self.temperature,
+                                                        entropy_grad=entropy_grad)
+        else:
+            logp, entropy = token_logp_and_entropy(head(states), tokens, self.temperature,
+                                                   entropy_grad=entropy_grad)
+        return place(logp), place(entropy)
 
     def _values(self, head: torch.nn.Module, hidden: torch.Tensor,
                 batch: dict[str, Any]) -> torch.Tensor:
         """Values (B, T) of the response tokens' states from a trunk's last hidden states
-        (`_trunk_hidden`'s layout) and a value head."""
+        (`_trunk_hidden`'s layout) and a value head, in float32 (the GAE recursion sums them)."""
+        states, _, place = self._response_states(hidden, batch)
+        return place(head(states).squeeze(-1).float())
+
+    def _response_states(self, hidden: torch.Tensor, batch: dict[str, Any]):
+        """From a trunk's last hidden states (`_trunk_hidden`'s layout): the states (R, C, H)
+        that predict the response tokens, those tokens (R, C), and the function that lays
+        (R, C) values out as (B, T). Padded, the positions before each of the last T + 1 (R, C
+        = B, T); unpadded, each real response token's predictor (1, n), 0 at padding after."""
+        tokens = batch[RESPONSE_IDS]  # (B, T)
         if not self.remove_padding:
-            return response_values(head, hidden, batch[RESPONSE_IDS].shape[1])
+            return hidden[:, -(tokens.shape[1] + 1) : -1], tokens, lambda values: values
         rows = remove_padding.unpad(batch)
-        return rows.scatter(head(remove_padding.response_hidden(hidden, rows)).squeeze(-1).float())
+        return remove_padding.response_hidden(hidden, rows), rows.response_ids, rows.scatter
 
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
         """RLlib's ValueFunctionAPI: V (B, T) of the state before each response token."""
@@ -317,11 +313,7 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
             )
         if hasattr(self, VALUE_HEAD):
             return self._values(self.value_head, self._trunk_hidden(batch), batch)
-        if self.remove_padding:
-            return self._values(self.critic.head, self._trunk_hidden(batch, self.critic.trunk),
-                                batch)
-        return self.critic(batch[INPUT_IDS], batch[ATTENTION_MASK], batch[RESPONSE_IDS].shape[1],
-                           position_ids_for(batch[ATTENTION_MASK]))
+        return self._values(self.critic.head, self._trunk_hidden(batch, self.critic.trunk), batch)
 
     def _trunk_hidden(self, batch: dict[str, Any], trunk: torch.nn.Module | None = None):
         """A trunk's (default: the policy's) last hidden states: (B, L, H) of the padded rows,
