@@ -41,6 +41,10 @@ _NUMBER = re.compile(r"-?(?:0,\d+|(?:[1-9]\d{0,2}(?:,\d{3})+|\d+)(?:\.\d+)?)(?:[
 # "1,000" as 1000); 30 digits keeps Decimal exact and cheap. ASCII digits only: `\d` would take
 # "٤٢", which math-verify cannot read.
 _PLAIN_DECIMAL = re.compile(r"-?(?:[1-9][0-9]{0,2}(?:,[0-9]{3})+|[0-9]{1,30})(?:\.[0-9]{1,30})?")
+# Integers of any length: compared as digit strings, which needs no int() (Python refuses to read
+# one of over 4,300 digits, and math-verify, which reads them through int(), scored such a correct
+# answer 0 with no error).
+_PLAIN_INTEGER = re.compile(r"-?(?:[1-9][0-9]{0,2}(?:,[0-9]{3})+|[0-9]+)")
 _NON_ASCII_DIGIT = re.compile(r"(?![0-9])\d")  # any Unicode decimal digit (category Nd) but 0-9
 _SCIENTIFIC = re.compile(r"(-?)([0-9]+(?:\.[0-9]+)?)[eE]([+-]?[0-9]{1,9})")
 # Beyond this exponent "1e400" is not written out (401 digits) but as LaTeX, "1\times 10^{400}".
@@ -148,12 +152,15 @@ def compare_plain_decimals(answer: str, gold: str) -> bool | None:
 
     Plain: ASCII digits, an optional minus, thousands separators only in math-verify's grouping
     ("1,000", not "0,042" or "1,00"), an optional fraction. Equal values are correct, and unequal
-    integers are wrong, exactly as math-verify decides. Two unequal non-integers return None,
+    integers are wrong, exactly as math-verify decides; integers are compared at any length (as
+    digit strings), past the 4,300 digits math-verify can read. Two unequal non-integers return None,
     because math-verify rounds to 6 decimals ("0.3333333" equals "0.333333" there) and the fast
     path must never disagree with the slow one. Pass `normalize_answer`'s output to decide on
     Unicode digits and scientific notation too.
     """
     answer, gold = answer.strip(), gold.strip()
+    if _PLAIN_INTEGER.fullmatch(answer) and _PLAIN_INTEGER.fullmatch(gold):
+        return _integer_digits(answer) == _integer_digits(gold)
     if not (_PLAIN_DECIMAL.fullmatch(answer) and _PLAIN_DECIMAL.fullmatch(gold)):
         return None
     a, g = Decimal(answer.replace(",", "")), Decimal(gold.replace(",", ""))
@@ -162,3 +169,12 @@ def compare_plain_decimals(answer: str, gold: str) -> bool | None:
     if a == a.to_integral_value() and g == g.to_integral_value():
         return False
     return None
+
+
+def _integer_digits(number: str) -> str:
+    """A plain integer's canonical text, at any length: "1,000" -> "1000", "007" -> "7",
+    "-0" -> "0"."""
+    digits = number.replace(",", "")
+    sign = "-" if digits.startswith("-") else ""
+    digits = digits.lstrip("-").lstrip("0") or "0"
+    return digits if digits == "0" else sign + digits

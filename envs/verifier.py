@@ -8,11 +8,14 @@ Two steps per response:
    `verify`), in a pool of worker processes with a hard wall-clock limit (`verify_pool`): answers
    are hostile input, and sympy can run for minutes or crash on them. A call that overruns is
    killed with its worker, or ended by math-verify's own shorter limit, and scored `wrong_score`
-   as a timeout; a crash likewise, as an error.
+   as a timeout; a crash likewise, as an error. An answer math-verify cannot read at all (a number
+   past Python's 4,300-digit int-string limit, nesting past its recursion limit) is an error
+   that says so (`verify_worker.UncomparableError`), never a silent "wrong".
 
 Fast path: when the normalised answer and ground truth are both plain decimals ("72", "-3",
 "0.5"), they are compared in process with `Decimal`, never touching the pool (about a
-microsecond instead of a pipe round trip). It decides only where math-verify would decide the
+microsecond instead of a pipe round trip); plain integers at any length, as digit strings (a
+correct answer of 5,000 digits scores as correct: math-verify cannot read it). It decides only where math-verify would decide the
 same: equal values, or unequal integers; unequal non-integers still go to math-verify, which
 rounds to 6 decimals. A property test holds it to that on generated answers. The built-in
 arithmetic task never starts a worker process at all.

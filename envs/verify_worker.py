@@ -21,6 +21,13 @@ import sys
 READY = "ready"
 INNER_TIMEOUT = "timed out"  # `math_verify_equal`'s reply when math-verify's own limit ended it
 ERROR_CHARS = 500  # an exception message from hostile input can be as large as the input
+# What Python says when an int of more digits than `sys.get_int_max_str_digits()` (4,300) is read
+# from text: math-verify reads numbers through sympy, which meets this limit.
+_DIGIT_LIMIT = "integer string conversion"
+
+
+class UncomparableError(Exception):
+    """math-verify cannot read an answer at all (Python's own limits): not knowing, not wrong."""
 
 
 def math_verify_equal(answer: str, gold: str, inner_timeout_s: int) -> bool | str:
@@ -63,7 +70,8 @@ def math_verify_equal(answer: str, gold: str, inner_timeout_s: int) -> bool | st
                 return True
         except TimeoutException:
             timed_out = True
-        except Exception:  # noqa: BLE001, S112 - math-verify reads a failed comparison as False
+        except Exception as exc:  # noqa: BLE001 - math-verify reads a failed comparison as False
+            _raise_if_beyond_limits(exc)
             continue
     return INNER_TIMEOUT if timed_out else False
 
@@ -79,8 +87,27 @@ def _parse(text: str, inner_timeout_s: int) -> list:
             parsing_timeout=inner_timeout_s,
             raise_on_error=True,
         )
-    except Exception:  # noqa: BLE001 - math-verify reads a failed parse as no answer
+    except Exception as exc:  # noqa: BLE001 - math-verify reads a failed parse as no answer
+        _raise_if_beyond_limits(exc)
         return []
+
+
+def _raise_if_beyond_limits(exc: BaseException) -> None:
+    """Raise UncomparableError if `exc` (or its cause) is Python refusing the input as too big or
+    too deep: math-verify would read it as no answer or "not equal", scoring a correct answer
+    wrong with no error to show for it; the verdict says why instead."""
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, RecursionError):
+            raise UncomparableError("the answer or the ground truth is nested too deep for "
+                                    "math-verify to read (Python's recursion limit)") from exc
+        if _DIGIT_LIMIT in str(seen):
+            raise UncomparableError(
+                "the answer or the ground truth holds a number of more than "
+                f"{sys.get_int_max_str_digits()} digits, more than math-verify can read "
+                "(Python's int-string limit); only plain integers are compared at any length"
+            ) from exc
+        seen = seen.__cause__ or seen.__context__
 
 
 def _as_math(text: str) -> str:

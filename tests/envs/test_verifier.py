@@ -89,7 +89,14 @@ def test_boxed_extraction_is_linear_on_many_open_boxes():
         ("0.5", "0.50001", None),  # math-verify rounds non-integers: let it decide
         ("\\frac{1}{2}", "0.5", None),
         ("1,00", "100", None),  # not a thousands separator
-        ("1" * 31, "1", None),  # too long for the fast path
+        ("1" * 31 + ".5", "1", None),  # too long for Decimal's fast path
+        # Integers at any length, as digit strings (int() refuses over 4,300 digits).
+        ("7" * 4301, "7" * 4301, True),
+        ("0" * 3 + "7" * 4301, "7" * 4301, True),
+        ("-" + "7" * 4301, "7" * 4301, False),
+        ("7" * 4300 + "8", "7" * 4301, False),
+        ("1" * 31, "1", False),
+        ("1,000,000", "0001000000", True),
     ],
 )
 def test_compare_plain_decimals(answer, gold, verdict):
@@ -395,6 +402,38 @@ def test_empty_boxed_is_no_answer():
     assert extract_answer("\\boxed{} so the answer is 7", "auto") == "7"
     assert extract_answer("\\boxed{}\n#### 8", "auto") == "8"
     assert extract_answer("\\boxed{ }", "auto") is None
+
+
+def test_an_integer_past_pythons_digit_limit_scores_as_math_verify_cannot():
+    # math-verify reads numbers through int(): past 4,300 digits it read none, and a correct
+    # answer scored 0 with no error.
+    v = MathVerifier(timeout_s=10.0)
+    right = v.score("\\boxed{" + "7" * 4301 + "}", "7" * 4301)
+    assert (right.score, right.correct, right.error, right.fast_path) == (1.0, True, None, True)
+    # Not a plain integer: math-verify cannot read it, and the verdict says so.
+    unread = v.score("\\boxed{" + "7" * 4301 + "+0}", "7" * 4301)
+    assert (unread.score, unread.correct, unread.timed_out) == (0.0, False, False)
+    assert unread.error == (
+        "UncomparableError: the answer or the ground truth holds a number of more than 4300 "
+        "digits, more than math-verify can read (Python's int-string limit); only plain "
+        "integers are compared at any length")
+    assert v.metrics()["errors"] == 1
+    v.close()
+
+
+def test_an_answer_too_deep_for_math_verify_is_an_error_not_a_wrong_answer(monkeypatch):
+    import math_verify
+
+    from rllib_llm.envs.verify_worker import UncomparableError, math_verify_equal
+
+    # (Real nesting that deep hits math-verify's own time limit first, on this machine.)
+    def too_deep(*args, **kwargs):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(math_verify, "parse", too_deep)
+    with pytest.raises(UncomparableError, match=r"^the answer or the ground truth is nested too "
+                       r"deep for math-verify to read \(Python's recursion limit\)$"):
+        math_verify_equal("\\sqrt{\\sqrt{2}}", "2", 1)
 
 
 def test_math_verify_own_timeout_is_a_timeout():
