@@ -39,6 +39,8 @@ EVAL_OPTIONS = {
 
 
 def add_parser(subparsers) -> None:
+    from rllib_llm.cli.paths import path_or_name
+
     parser = subparsers.add_parser(
         "eval",
         help="pass@1 / pass@k of a run's policy or a model on held-out problems",
@@ -48,14 +50,14 @@ def add_parser(subparsers) -> None:
                     f"RLVRConfig's ({_model_defaults()}), but an export samples as its "
                     "generation_config.json says (max_new_tokens, temperature, top_p).",
     )
-    parser.add_argument("model", metavar="MODEL",
+    parser.add_argument("model", metavar="MODEL", type=path_or_name,
                         help="a run or checkpoint directory, a Hugging Face model directory, "
                              "or a model name ('embedded', a hub id)")
     parser.add_argument("--checkpoint", metavar="PATH",
                         help="the checkpoint or trial directory, relative to MODEL (or "
                              "absolute); needed when MODEL holds several trials")
     parser.add_argument("--env", help="environment (default: the run's, else 'math_verify')")
-    parser.add_argument("--dataset",
+    parser.add_argument("--dataset", type=path_or_name,
                         help="held-out problems: 'arithmetic', a .jsonl/.json/.parquet file or "
                              "a Hugging Face dataset (eval_dataset; default: the env's dataset)")
     parser.add_argument("--split", help="split of the held-out problems (eval_split)")

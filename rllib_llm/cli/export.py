@@ -15,6 +15,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from rllib_llm.cli.paths import absolute_path
+
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -24,10 +26,10 @@ def add_parser(subparsers) -> None:
                     "Hugging Face model directory: weights in the policy's dtype, config, "
                     "tokenizer and generation config.",
     )
-    parser.add_argument("run_dir", metavar="RUN_DIR",
+    parser.add_argument("run_dir", metavar="RUN_DIR", type=absolute_path,
                         help="a run directory (the latest checkpoint in it is exported) or a "
                              "checkpoint directory")
-    parser.add_argument("out", metavar="OUT", help="directory to write (new or empty)")
+    parser.add_argument("out", metavar="OUT", type=absolute_path, help="directory to write (new or empty)")
     parser.add_argument("--checkpoint", metavar="PATH",
                         help="the checkpoint or trial directory to export, relative to RUN_DIR "
                              "(or absolute); needed when RUN_DIR holds several trials")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from rllib_llm.cli.paths import absolute_path
+
 
 def add_parser(subparsers) -> None:
     from rllib_llm.outputs.plots import DEFAULT_SMOOTHING, PANELS_BY_NAME
@@ -18,8 +20,9 @@ def add_parser(subparsers) -> None:
         description=__doc__.splitlines()[0].split(": ", 1)[1] + " A RUN_DIR is a `rllib-llm "
         "train`/`sweep` output directory (each trial in it a run, labelled by the settings the "
         "trials vary), one trial directory of it, or a demo run directory (metrics.csv).")
-    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
-    parser.add_argument("--out", metavar="DIR", default=None,
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", type=absolute_path,
+                        help="run directories")
+    parser.add_argument("--out", metavar="DIR", default=None, type=absolute_path,
                         help="where to write the PNGs (default: the first RUN_DIR)")
     parser.add_argument("--smoothing", type=float, default=DEFAULT_SMOOTHING, metavar="S",
                         help="weight in [0, 1) of TensorBoard's debiased exponential moving "

@@ -18,8 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from rllib_llm.cli.config_file import BUILDER_SECTIONS, ConfigFileError, RunFile, read_run_file
+from rllib_llm.cli.paths import absolute_path, new_run_dir_problem
 from rllib_llm.cli.run_settings import TUNE_FIELDS
-from rllib_llm.cli.search_spaces import has_search_space, is_search_space, to_tune
+from rllib_llm.cli.search_spaces import (
+    SEARCH_SPACE_KINDS,
+    has_search_space,
+    is_search_space,
+    to_tune,
+)
 from rllib_llm.cli.settings_help import settings_help
 
 
@@ -30,10 +36,11 @@ def add_parser(subparsers) -> None:
         description=__doc__, epilog=f"tune: (the sweep's own section)\n{tune_help}\n\n"
                                     f"{settings_help()}",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("config", help="the sweep's YAML file")
+    parser.add_argument("config", type=absolute_path, help="the sweep's YAML file")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a setting (as in `rllib-llm train`); repeatable")
-    parser.add_argument("--run-dir", help="where the sweep goes (default runs/<file>-<time>)")
+    parser.add_argument("--run-dir", type=absolute_path,
+                        help="where the sweep goes (default runs/<file>-<time>)")
     parser.add_argument("--dry-run", action="store_true",
                         help="read and check the file, print it, do not run")
     parser.set_defaults(run=run)
@@ -49,9 +56,19 @@ def run(args: argparse.Namespace) -> int:
     except ConfigFileError as e:
         print(f"rllib-llm sweep: error: {e}", file=sys.stderr)
         return 2
-    run_dir = Path(args.run_dir or f"runs/{sweep.path.stem}-{time.strftime('%Y%m%d-%H%M%S')}")
+    run_dir = args.run_dir or absolute_path(
+        f"runs/{sweep.path.stem}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if (problem := new_run_dir_problem(run_dir)) is not None:
+        print(f"rllib-llm sweep: error: --run-dir {problem}", file=sys.stderr)
+        return 2
     if run_dir.exists() and any(run_dir.iterdir()):
         print(f"rllib-llm sweep: error: {run_dir} is not empty", file=sys.stderr)
+        return 2
+    try:
+        for point in env_points(sweep):  # reads the data: after the cheap checks, as train does
+            point.check_env()
+    except ConfigFileError as e:
+        print(f"rllib-llm sweep: error: {e}", file=sys.stderr)
         return 2
     if args.dry_run:
         import yaml
@@ -76,6 +93,33 @@ def first_point(sweep: RunFile) -> RunFile:
         return value
 
     return RunFile(sweep.path, pick(copy.deepcopy(sweep.sections)))
+
+
+def env_points(sweep: RunFile) -> list[RunFile]:
+    """The sweep at its first point, and once more for each other discrete value of each swept
+    `environment` setting (a grid of datasets: every dataset is read before any trial starts;
+    a distribution's values are Tune's to draw)."""
+    points = [first_point(sweep)]
+    environment = sweep.sections.get("environment") or {}
+
+    def swept(values: dict[str, Any], path: tuple[str, ...]):
+        for name, value in values.items():
+            if is_search_space(value):
+                (_, candidates), = value.items()
+                if SEARCH_SPACE_KINDS[next(iter(value))].discrete:
+                    yield path + (name,), list(candidates)[1:]
+            elif isinstance(value, dict):
+                yield from swept(value, path + (name,))
+
+    for path, candidates in swept(environment, ()):
+        for candidate in candidates:
+            point = first_point(sweep)
+            target = point.sections["environment"]
+            for part in path[:-1]:
+                target = target[part]
+            target[path[-1]] = candidate
+            points.append(point)
+    return points
 
 
 def start(sweep: RunFile, run_dir: Path) -> int:

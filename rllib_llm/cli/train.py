@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from rllib_llm.cli.config_file import ConfigFileError, RunFile, read_run_file
+from rllib_llm.cli.paths import absolute_path, new_run_dir_problem
 from rllib_llm.cli.settings_help import settings_help
 
 
@@ -21,12 +22,13 @@ def add_parser(subparsers) -> None:
         "train", help="train from a config file (rllib_llm sections or a ROLL RLVR YAML)",
         description=__doc__, epilog=settings_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("config", nargs="?", help="the YAML file")
+    parser.add_argument("config", nargs="?", type=absolute_path, help="the YAML file")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a setting: section.key=value, or field=value for a "
                              "training field or run setting (values are YAML); repeatable")
-    parser.add_argument("--run-dir", help="where the run goes (default runs/<file>-<time>)")
-    parser.add_argument("--resume", metavar="RUN_DIR",
+    parser.add_argument("--run-dir", type=absolute_path,
+                        help="where the run goes (default runs/<file>-<time>)")
+    parser.add_argument("--resume", metavar="RUN_DIR", type=absolute_path,
                         help="continue a run from its last checkpoint (after a crash or a kill)")
     parser.add_argument("--strict", action="store_true",
                         help="a ROLL field that maps onto nothing is an error, not a report line")
@@ -41,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
             if args.config or args.set:
                 raise ConfigFileError("--resume continues a run as it was started: give no "
                                       "config file and no --set with it")
-            return resume(Path(args.resume))
+            return resume(args.resume)
         if not args.config:
             raise ConfigFileError("give a config file (or --resume RUN_DIR)")
         run_file = read_run_file(args.config, args.set, strict=args.strict)
@@ -50,7 +52,11 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigFileError, FileNotFoundError, UnresumableRunError) as e:
         print(f"rllib-llm train: error: {e}", file=sys.stderr)
         return 2
-    run_dir = Path(args.run_dir or f"runs/{run_file.path.stem}-{time.strftime('%Y%m%d-%H%M%S')}")
+    run_dir = args.run_dir or absolute_path(
+        f"runs/{run_file.path.stem}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if (problem := new_run_dir_problem(run_dir)) is not None:
+        print(f"rllib-llm train: error: --run-dir {problem}", file=sys.stderr)
+        return 2
     if run_dir.exists() and any(run_dir.iterdir()):
         print(f"rllib-llm train: error: {run_dir} is not empty: continue that run with "
               f"--resume {run_dir}, or pick another --run-dir", file=sys.stderr)
@@ -94,12 +100,14 @@ class UnresumableRunError(RuntimeError):
 def resume(run_dir: Path) -> int:
     from ray import tune
 
-    from rllib_llm.cli.tune_runs import init_ray, read_run_file, trainable
+    from rllib_llm.cli.tune_runs import RUN_FILE, init_ray, read_run_file, trainable
 
     sections = read_run_file(run_dir)  # a run directory of ours, or a clear error
     if not tune.Tuner.can_restore(str(run_dir.resolve())):
         raise FileNotFoundError(f"{run_dir} holds no Tune experiment state to resume from")
     check_experiment_state(run_dir)
+    # The data may have changed or gone since the run started: said now, not by a trial.
+    RunFile(run_dir / RUN_FILE, sections).check_env()
     init_ray()
     print(f"resuming {run_dir} from its last checkpoint", flush=True)
     tuner = tune.Tuner.restore(str(run_dir.resolve()),
@@ -121,14 +129,17 @@ def check_experiment_state(run_dir: Path) -> None:
     try:
         json.loads(newest.read_text())
     except ValueError as e:
-        checkpoints = sorted(run_dir.glob("*/checkpoint_*"))
+        from rllib_llm.outputs.checkpoints import newest_whole_checkpoint
+
+        # Whole ones only: a run killed while Tune copied a checkpoint left it part-written.
+        last = newest_whole_checkpoint(run_dir)
         raise UnresumableRunError(
             f"{run_dir} cannot be resumed: Ray Tune's experiment state {newest.name} is empty or "
             f"cut short ({e}): the run was stopped while Tune wrote it, which Tune does not do "
             "atomically. "
-            + (f"Its last checkpoint, {checkpoints[-1]}, still serves `rllib-llm eval` and "
+            + (f"Its last whole checkpoint, {last}, still serves `rllib-llm eval` and "
                "`rllib-llm export`; start a new run to train further."
-               if checkpoints else "It holds no checkpoint: start a new run.")) from e
+               if last else "It holds no whole checkpoint: start a new run.")) from e
 
 
 def finish(results, run_dir: Path) -> int:

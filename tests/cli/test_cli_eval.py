@@ -71,6 +71,18 @@ def test_eval_samples_with_the_checkpoints_policy(run):
     assert not all(torch.equal(trained[k], base[k]) for k in base)
 
 
+def test_a_relative_run_directory_is_evaluated_and_exported(run, capsys, monkeypatch):
+    """As docs/CLI.md writes it (`rllib-llm eval runs/topr`): a relative run directory used to
+    fail in pyarrow ("URI has empty scheme", 35 lines) where the absolute one worked."""
+    root, _ = run
+    monkeypatch.chdir(root.parent)
+    assert main(["eval", root.name, "--num-problems", "2", "--samples", "1"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == \
+        f"model     {root / 'RLVR_x' / 'checkpoint_000002'}"
+    assert main(["export", root.name, "relative_export"]) == 0
+    assert (root.parent / "relative_export" / "config.json").is_file()
+
+
 def test_eval_of_embedded_is_evaluate_accuracy(capsys):
     of_cli = eval_json(capsys, "embedded", "--num-problems", "12", "--temperature", "0.7",
                        "--seed", "3")
