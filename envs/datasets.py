@@ -16,6 +16,7 @@
   `prompt_length`: `problem_set.py`). Any other existing file (a `.csv`, a
   `.txt`) is refused at once, naming the suffixes that work, and so is a path (absolute, or
   starting with `./`, `../` or `~`) that does not exist: neither is sent to the hub as a name.
+  A directory named like a file (`p.jsonl/`) and a FIFO or device are refused as what they are.
 - Anything else: a Hugging Face dataset, via `datasets.load_dataset(dataset, split=split,
   **kwargs)` (a hub name, on a machine that can reach the hub, or a local directory of data
   files), or `datasets.load_from_disk` for a directory written by `save_to_disk`.
@@ -157,6 +158,8 @@ def _check_not_a_local_file(dataset: str) -> None:
         )
     if dataset.startswith(("/", "./", "../", "~")) and not path.exists():
         raise FileNotFoundError(f"dataset path {dataset!r} does not exist; check the path")
+    if path.exists() and not path.is_dir():
+        raise ValueError(_not_regular(dataset))
 
 
 # One record and where it is, as a message names it: "p.jsonl:3" (a line, from 1, as editors and
@@ -172,6 +175,12 @@ def _numbered(records: list, source: str) -> Numbered:
 def _read_file(path: Path, max_record_bytes: int | None) -> tuple[Numbered, int]:
     """Read a local file into numbered records, and the number of .jsonl lines skipped as
     longer than `max_record_bytes`."""
+    if path.is_dir():
+        raise ValueError(f"dataset file {str(path)!r} is a directory, not a file; name the "
+                         f"{path.suffix} file inside it, or a directory without the suffix "
+                         "(a Hugging Face dataset directory)")
+    if path.exists() and not path.is_file():
+        raise ValueError(_not_regular(str(path)))
     if not path.is_file():
         raise FileNotFoundError(f"dataset file {str(path)!r} does not exist; check the path")
     if path.suffix == ".parquet":
@@ -187,6 +196,12 @@ def _read_file(path: Path, max_record_bytes: int | None) -> tuple[Numbered, int]
             'write it as [{"prompt": ..., "answer": ...}, ...] or use .jsonl'
         )
     return _numbered(records, str(path)), 0
+
+
+def _not_regular(dataset: str) -> str:
+    # A FIFO or a device would block or never end (a FIFO's reader waits for a writer).
+    return (f"dataset {dataset!r} is not a regular file (a FIFO, a socket or a device); write "
+            "the problems to a file and name that")
 
 
 def _read_jsonl(path: Path, max_record_bytes: int | None) -> tuple[Numbered, int]:
@@ -296,7 +311,27 @@ def _to_problems(
             )
         answer = _answer_text(record[answer_key], where, answer_key)
         problems.append({"prompt": prompt, "answer": answer})
+    _warn_duplicates(problems, source)
     return problems
+
+
+def _warn_duplicates(problems: list[dict[str, str]], source: str) -> None:
+    """Warn once if prompts repeat: a repeated prompt is sampled more often than the others (a
+    weight nobody chose), and a held-out split that repeats scores fewer problems than it says.
+    Legal, so a warning, with the count and the first repeat."""
+    first_seen: dict[str, int] = {}
+    repeats = 0
+    example = None
+    for i, problem in enumerate(problems):
+        seen = first_seen.setdefault(problem["prompt"], i)
+        if seen != i:
+            repeats += 1
+            example = example or (i + 1, seen + 1)
+    if repeats:
+        logger.warning(
+            "%s: %d of its %d problems repeat an earlier prompt (%d distinct; e.g. problem %d "
+            "repeats problem %d): they are sampled more often than the others; drop the repeats "
+            "if that is not meant", source, repeats, len(problems), len(first_seen), *example)
 
 
 def _answer_text(answer: Any, where: str, answer_key: str) -> str:

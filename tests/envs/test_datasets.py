@@ -325,3 +325,37 @@ def test_a_csv_file_through_the_datasets_builder_the_message_names(tmp_path):
 def test_missing_local_paths_are_refused_at_once(name):
     with pytest.raises(FileNotFoundError, match=rf"dataset path '{name}' does not exist; check"):
         load_problems(name)
+
+
+def test_a_directory_or_a_fifo_is_refused_as_what_it_is(tmp_path):
+    """Both were reported as "does not exist", which sends a user looking for a typo."""
+    import os
+
+    (tmp_path / "p.jsonl").mkdir()
+    with pytest.raises(ValueError, match=r"^dataset file '.*/p.jsonl' is a directory, not a file; "
+                       r"name the .jsonl file inside it, or a directory without the suffix \(a "
+                       r"Hugging Face dataset directory\)$"):
+        load_problems(str(tmp_path / "p.jsonl"))
+    for name in ("q.jsonl", "fifo"):  # a data file's suffix, or none (a hub name's shape)
+        os.mkfifo(tmp_path / name)
+        start = time.perf_counter()
+        with pytest.raises(ValueError, match=rf"^dataset '.*/{name}' is not a regular file \(a "
+                           r"FIFO, a socket or a device\); write the problems to a file and "
+                           r"name that$"):
+            load_problems(str(tmp_path / name))
+        assert time.perf_counter() - start < 5.0  # not blocked opening it, not sent to the hub
+
+
+def test_repeated_prompts_are_warned_about_once_with_their_count(tmp_path, caplog):
+    records = [{"prompt": "1+1=", "answer": "2"}] * 50 + [{"prompt": "2+2=", "answer": "4"}]
+    with caplog.at_level("WARNING", logger="rllib_llm.envs.datasets"):
+        problems = load_problems(write_jsonl(tmp_path / "p.jsonl", records))
+    assert len(problems) == 51  # legal: kept, and said
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{tmp_path / 'p.jsonl'}: 49 of its 51 problems repeat an earlier prompt (2 distinct; "
+        "e.g. problem 2 repeats problem 1): they are sampled more often than the others; drop "
+        "the repeats if that is not meant"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="rllib_llm.envs.datasets"):
+        load_problems(write_jsonl(tmp_path / "q.jsonl", records[-2:]))
+    assert not caplog.records
