@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 import time
+import uuid
+from pathlib import Path
 from typing import Any
 
+import pyarrow.fs
 import ray
 from ray.exceptions import RayError
 from ray.rllib.algorithms.algorithm import Algorithm
@@ -17,6 +22,7 @@ from ray.rllib.utils.metrics import (
     NUM_ENV_STEPS_SAMPLED_LIFETIME,
     TIMERS,
 )
+from ray.tune.result import TRAINING_ITERATION
 
 from rllib_llm.algorithm.async_sampling import (
     ASYNC_RESULTS,
@@ -29,6 +35,12 @@ from rllib_llm.algorithm.async_sampling import (
     Batch,
     staleness,
     staleness_metrics,
+)
+from rllib_llm.algorithm.checkpoint_files import (
+    check_whole,
+    local_path,
+    write_complete_file_at,
+    write_whole,
 )
 from rllib_llm.algorithm.cluster_fit import fit_check
 from rllib_llm.algorithm.collapse import CollapseWatch
@@ -54,6 +66,18 @@ from rllib_llm.rollout.held_out_sampling import EvalShard
 from rllib_llm.rollout.sampler_state import SAMPLER_STATE
 
 logger = logging.getLogger(__name__)
+
+
+def _checkpoint_root(path, component: str | None, filesystem) -> Path | None:
+    """The local checkpoint directory a restore of `path` (a `component` of it) reads; None for
+    another filesystem, or a component's directory that is not inside a checkpoint's."""
+    local = local_path(path, filesystem)
+    if local is None or not component:
+        return local
+    parts = Path(component).parts
+    if local.parts[-len(parts):] != parts:
+        return None
+    return local.parents[len(parts) - 1]
 
 # The settings a collapse warning names: those that size a step, and the entropy bonus.
 COLLAPSE_SETTINGS = ("lr", "grad_clip", "pg_clip", "entropy_coef", "temperature")
@@ -217,6 +241,48 @@ class RLVR(Algorithm):
             self._reward_workers.stop()
 
     # --- checkpoints ------------------------------------------------------------------------------
+    def save_to_path(self, path=None, *, state=None, filesystem=None,
+                     use_msgpack: bool = False) -> str:
+        """RLlib's `save_to_path`, written whole or not at all: into a temporary directory beside
+        `path`, `COMPLETE_FILE` last, then renamed into place (checkpoint_files.py). Tune's
+        checkpoints (`Trainable.save` -> `save_checkpoint`) are written here too. A full disk
+        raises CheckpointWriteError, one line with the path, and leaves nothing behind."""
+        iteration = (state or {}).get(TRAINING_ITERATION, self.training_iteration)
+        if path is None:  # as RLlib does: a new directory in the system's temporary directory
+            path = Path(tempfile.gettempdir(), uuid.uuid4().hex)
+        save = super().save_to_path
+        local = local_path(path, filesystem)
+        if local is None:  # another filesystem: nothing to rename there; the file list still is
+            if filesystem is None:
+                filesystem, path = pyarrow.fs.FileSystem.from_uri(os.fspath(path))
+            saved = save(path, state=state, filesystem=filesystem, use_msgpack=use_msgpack)
+            write_complete_file_at(filesystem, saved, iteration)
+            return saved
+        write_whole(local, lambda tmp: save(str(tmp.absolute()), state=state,
+                                            use_msgpack=use_msgpack),
+                    training_iteration=iteration)
+        return str(local)
+
+    def restore_from_path(self, path, *args, **kwargs) -> None:
+        """RLlib's restore, after checking that the checkpoint is whole: a torn or foreign one is
+        refused with one line naming it and the newest whole one beside it (CheckpointError),
+        not a pickle error. With `component`, the checkpoint is the directory `path` lies in."""
+        root = _checkpoint_root(path, kwargs.get("component"), kwargs.get("filesystem"))
+        if root is not None:
+            check_whole(root)
+        super().restore_from_path(path, *args, **kwargs)
+
+    @classmethod
+    def from_checkpoint(cls, path, filesystem=None, **kwargs) -> RLVR:
+        """RLlib's `from_checkpoint`, refusing a torn checkpoint before anything is built.
+        (`Algorithm.from_checkpoint` checks only once the algorithm is built, in
+        `restore_from_path`, and dies on a torn constructor file first.)"""
+        root = _checkpoint_root(getattr(path, "path", path),
+                                None, getattr(path, "filesystem", filesystem))
+        if root is not None:
+            check_whole(root)
+        return super().from_checkpoint(path, filesystem, **kwargs)
+
     def get_state(self, components=None, *, not_components=None, **kwargs):
         state = super().get_state(components, not_components=not_components, **kwargs)
         group = self.env_runner_group

@@ -7,7 +7,8 @@ RLlib Algorithm checkpoints (`Algorithm.save_to_path`), however deep, or one che
     RUN_DIR/                          the experiment (a sweep has one trial directory per trial)
       RLVR_<trial>/                   progress.csv, result.json, params.json
         checkpoint_000002/            an Algorithm checkpoint
-          rllib_checkpoint.json       what marks a directory as one
+          rllib_checkpoint.json       what marks a directory as one (RLlib writes it first)
+          rllib_llm_complete.json     written last: what marks it whole (every file, its size)
           algorithm_state.pkl         training_iteration
           class_and_ctor_args.pkl     the run's RLVRConfig
           learner_group/learner/rl_module/default_policy/   the trained RLVRModule
@@ -17,6 +18,10 @@ env runners build it (`inference_only=True`: the causal LM alone, no reference m
 That needs neither Ray running nor the algorithm: loading the embedded run's policy took 5.0 s
 on 2 cores, `Algorithm.from_checkpoint` 10.4 s (it starts Ray, and builds an env runner, the
 learner with its optimizer, and the reference model and critic when the run had them).
+
+Only whole checkpoints are read (rllib_llm/algorithm/checkpoint_files.py): a directory a killed
+save or copy left part-written, or one without `COMPLETE_FILE`, is skipped when a run's latest is
+looked for, and refused, in one line naming the newest whole one, when named itself.
 """
 
 from __future__ import annotations
@@ -28,6 +33,20 @@ import pickle
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from rllib_llm.algorithm.checkpoint_files import (
+    COMPLETE_FILE,
+    CheckpointError,
+    CheckpointWriteError,
+    check_whole,
+    is_temporary,
+    looks_like_checkpoint,
+    marked_iteration,
+    newest_whole,
+    recency,
+    temporary_beside,
+    torn_reason,
+)
 
 if TYPE_CHECKING:
     from rllib_llm.algorithm.config import RLVRConfig
@@ -41,23 +60,43 @@ POLICY_MODULE = Path("learner_group", "learner", "rl_module", "default_policy")
 EXPORT_INFO = "rllib_llm_export.json"
 
 __all__ = [
+    "COMPLETE_FILE",
     "CheckpointError",
+    "CheckpointWriteError",
     "export_policy",
     "find_checkpoint",
     "is_checkpoint",
+    "is_whole_checkpoint",
+    "newest_whole_checkpoint",
     "load_policy",
     "load_run_config",
     "training_iteration",
 ]
 
 
-class CheckpointError(ValueError):
-    """A directory that holds no usable checkpoint, or more than one run's."""
-
-
 def is_checkpoint(path: str | os.PathLike) -> bool:
-    """Whether `path` is an RLlib Algorithm checkpoint directory."""
+    """Whether `path` is an RLlib Algorithm checkpoint directory (whole or not)."""
     return (Path(path) / CHECKPOINT_MARKER).is_file()
+
+
+def is_whole_checkpoint(path: str | os.PathLike) -> bool:
+    """Whether `path` is a checkpoint written whole (`COMPLETE_FILE` and every file it lists)."""
+    return Path(path).is_dir() and torn_reason(Path(path)) is None
+
+
+def newest_whole_checkpoint(path: str | os.PathLike) -> Path | None:
+    """The newest whole checkpoint at or under `path`, whichever run it belongs to (None if
+    there is none)."""
+    return newest_whole(_checkpoint_dirs(Path(path)))
+
+
+def _checkpoint_dirs(root: Path) -> list[Path]:
+    """The directories at or under `root` that hold a checkpoint, whole or torn; not those of a
+    save in progress."""
+    found = {m.parent for name in (CHECKPOINT_MARKER, COMPLETE_FILE) for m in root.rglob(name)}
+    if looks_like_checkpoint(root):
+        found.add(root)
+    return sorted(p for p in found if not is_temporary(p.relative_to(root)))
 
 
 def find_checkpoint(path: str | os.PathLike, checkpoint: str | os.PathLike | None = None) -> Path:
@@ -69,18 +108,26 @@ def find_checkpoint(path: str | os.PathLike, checkpoint: str | os.PathLike | Non
         checkpoint: a checkpoint or trial directory, absolute or relative to `path`, to pick one
             where `path` holds several runs' checkpoints.
 
-    Returns the checkpoint itself, or the latest of one run's (highest training iteration, then
-    the number in its name, as in Tune's checkpoint_000002). Raises FileNotFoundError for a path
-    that does not exist, CheckpointError for a directory without a checkpoint, one without an
-    RLVR policy, or one with several trials' checkpoints (listing them).
+    Returns the checkpoint itself, or the latest whole one of one run's (highest training
+    iteration, then the number in its name, as in Tune's checkpoint_000002); torn ones are
+    skipped. Raises FileNotFoundError for a path that does not exist, CheckpointError for a
+    directory without a whole checkpoint, a torn checkpoint (one line naming the newest whole
+    one beside it), one without an RLVR policy, or several trials' checkpoints (listing them).
     """
     root = Path(path).expanduser()
     if checkpoint is not None:
         root = root / Path(checkpoint).expanduser()  # an absolute `checkpoint` replaces root
     _check_directory(root)
-    if is_checkpoint(root):
+    if looks_like_checkpoint(root):
+        check_whole(root)
         return _check_policy(root)
-    found = sorted(m.parent for m in root.rglob(CHECKPOINT_MARKER))
+    candidates = _checkpoint_dirs(root)
+    found = [c for c in candidates if torn_reason(c) is None]
+    if candidates and not found:
+        raise CheckpointError(
+            f"no whole checkpoint under {str(root)!r}: its {len(candidates)} checkpoint "
+            f"director{'y is' if len(candidates) == 1 else 'ies are'} torn (e.g. "
+            f"{str(candidates[-1].relative_to(root))!r}: {torn_reason(candidates[-1])})")
     if not found:
         holds = sorted(p.name for p in root.iterdir())[:10]
         raise CheckpointError(
@@ -92,7 +139,7 @@ def find_checkpoint(path: str | os.PathLike, checkpoint: str | os.PathLike | Non
     runs: dict[Path, list[Path]] = {}
     for ckpt in found:  # a run's checkpoints share their parent (Tune's trial directory)
         runs.setdefault(ckpt.parent, []).append(ckpt)
-    latest = {run: max(ckpts, key=_recency) for run, ckpts in runs.items()}
+    latest = {run: max(ckpts, key=recency) for run, ckpts in runs.items()}
     if len(latest) > 1:
         listing = "\n".join(
             f"  {run.relative_to(root)}  (latest: {ckpt.name}, iteration "
@@ -128,15 +175,11 @@ def _check_policy(checkpoint: Path) -> Path:
     return checkpoint
 
 
-def _recency(checkpoint: Path) -> tuple[int, int, float]:
-    """Sort key of one run's checkpoints: iteration, then the number in the name, then mtime."""
-    number = re.search(r"(\d+)$", checkpoint.name)
-    return (training_iteration(checkpoint) or 0, int(number.group(1)) if number else -1,
-            checkpoint.stat().st_mtime)
-
-
 def training_iteration(checkpoint: str | os.PathLike) -> int | None:
     """The iteration an Algorithm checkpoint was written after (None if it does not say)."""
+    marked = marked_iteration(Path(checkpoint))
+    if marked is not None:
+        return marked
     state = _read_pickle(Path(checkpoint) / "algorithm_state.pkl")
     value = state.get("training_iteration") if isinstance(state, dict) else None
     return int(value) if value is not None else None
@@ -155,6 +198,7 @@ def load_run_config(checkpoint: str | os.PathLike) -> RLVRConfig:
 
     from rllib_llm.algorithm.config import RLVRConfig
 
+    check_whole(checkpoint)
     ctor = _read_pickle(Path(checkpoint) / CTOR_FILE)
     args = ctor["ctor_args_and_kwargs"][0] if ctor else ()
     state = args[0] if args else None
@@ -175,6 +219,7 @@ def load_policy(checkpoint: str | os.PathLike) -> RLVRModule:
     """
     from rllib_llm.learner.module import NON_INFERENCE, RLVRModule
 
+    check_whole(checkpoint)
     module_dir = Path(checkpoint) / POLICY_MODULE
     ctor = _read_pickle(module_dir / CTOR_FILE)
     if not (isinstance(ctor, dict) and issubclass(ctor["class"], RLVRModule)):
@@ -199,8 +244,11 @@ def export_policy(checkpoint: str | os.PathLike, out: str | os.PathLike, *,
     `AutoModelForCausalLM.from_pretrained(out)` and `AutoTokenizer.from_pretrained(out)` load it.
 
     Raises FileExistsError if `out` exists and is not empty, unless `force` (then files of the
-    same names are overwritten; save_pretrained also deletes weight shards of an earlier save;
-    other files stay). Returns the files written.
+    same names are overwritten, one rename each, and weight files of an earlier export that this
+    one does not write are deleted, as save_pretrained does; other files stay). Written whole or
+    not at all: into a directory beside `out`, `EXPORT_INFO` last, then renamed to `out` (or,
+    with `force`, moved in file by file); a full disk raises CheckpointWriteError naming `out`
+    and leaves nothing. Returns the files written.
     """
     from rllib_llm.models import load_tokenizer
 
@@ -218,17 +266,38 @@ def export_policy(checkpoint: str | os.PathLike, out: str | os.PathLike, *,
     tokenizer = load_tokenizer(model_config["model_name_or_path"])
     model = module.model
     model.generation_config = _generation_config(model, tokenizer, config)
-    out.mkdir(parents=True, exist_ok=True)
-    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
     info = {"checkpoint": str(checkpoint.resolve()),
             "training_iteration": training_iteration(checkpoint),
             "base_model": model_config["model_name_or_path"],
             "model_dtype": model_config["model_dtype"]}
-    (out / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n")
-    return sorted(p for p in out.rglob("*")
-                  if p.is_file() and before.get(p) != p.stat().st_mtime_ns)
+    with temporary_beside(out) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n")
+        written = sorted(p.relative_to(tmp) for p in tmp.rglob("*") if p.is_file())
+        if out.is_dir() and any(out.iterdir()):
+            _move_files(tmp, out, written)
+        else:
+            os.replace(tmp, out)  # onto nothing or an empty directory: one rename
+    return [out / name for name in written]
+
+
+# The weight files save_pretrained writes (and deletes, from an earlier save, when it writes
+# others): model.safetensors, model-00001-of-00002.safetensors, model.safetensors.index.json.
+_WEIGHT_FILE = re.compile(r"^(model|pytorch_model)(-\d+-of-\d+)?\.(safetensors|bin)"
+                          r"(\.index\.json)?$")
+
+
+def _move_files(tmp: Path, out: Path, written: list[Path]) -> None:
+    """Move the export's files into the non-empty `out`, `EXPORT_INFO` last; delete the weight
+    files there that it does not replace."""
+    for stale in out.iterdir():
+        if stale.is_file() and _WEIGHT_FILE.match(stale.name) and \
+                Path(stale.name) not in written:
+            stale.unlink()
+    for name in sorted(written, key=lambda n: n.name == EXPORT_INFO):
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp / name, out / name)
 
 
 def _generation_config(model, tokenizer, config: RLVRConfig):

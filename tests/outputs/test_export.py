@@ -16,6 +16,7 @@ from rllib_llm.envs import arithmetic_problems
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
+from rllib_llm.algorithm.checkpoint_files import write_complete_file
 from rllib_llm.cli import main
 from rllib_llm.learner.module import response_logits, token_logp_and_entropy
 from rllib_llm.models import EMBEDDED_DIR, encode_prompt, load_model, load_tokenizer
@@ -182,6 +183,10 @@ def test_directories_without_a_checkpoint_fail_clearly(run, tmp_path, capsys):
     other = tmp_path / "other"
     other.mkdir()
     shutil.copy(root / "RLVR_x" / "checkpoint_000002" / "rllib_checkpoint.json", other)
+    with pytest.raises(CheckpointError, match=r"'.*other' is not a whole checkpoint: it has no "
+                       r"rllib_llm_complete.json, which rllib_llm writes last"):
+        find_checkpoint(other)
+    write_complete_file(other, 2)  # whole, but of another algorithm
     with pytest.raises(CheckpointError, match=r"is an RLlib checkpoint without an RLVR policy: it "
                        r"has no learner_group/learner/rl_module/default_policy/"):
         find_checkpoint(other)
