@@ -49,10 +49,12 @@ RULES = (
                "cannot be opened (files) or are empty (directories); /sys is not mounted"),
     PolicyRule("Docker", "14 default capabilities (CHOWN, DAC_OVERRIDE, FOWNER, SETUID, "
                "NET_RAW, SYS_CHROOT, ...)", "namespaces", "stricter: none, all five sets empty, "
-               "no nested user namespace (in rlimits mode: a user's none, root's all)"),
+               "no nested user namespace (in rlimits mode: a user's none; root's code runs as uid "
+               "65534 with none, or CAP_DAC_READ_SEARCH only where the interpreter needs it)"),
     PolicyRule("Docker", "root in a container is the host's uid 0 (no userns-remap by default)",
-               "always", "the same: as root the code is the host's uid 0 without capabilities, "
-               "so read-only mounts and the filter, not file modes, keep it out"),
+               "always", "the same under namespaces: as root the code is the host's uid 0 without "
+               "capabilities, so read-only mounts and the filter, not file modes, keep it out; "
+               "in rlimits mode stricter: uid 65534"),
     PolicyRule("Docker", "the docker-default AppArmor profile (or SELinux labels)", "never",
                "no LSM profile is loaded; the mounts and the filter cover what it denies to "
                "/proc and /sys"),
@@ -70,8 +72,9 @@ RULES = (
                "mount API, clone3 (ENOSYS), perf_event_open, ptrace, personality", "filter",
                "all refused"),
     PolicyRule("flatpak", "socket families other than unix, inet, inet6 and netlink refused",
-               "never", "only AF_ALG and AF_VSOCK are refused; under namespaces the network "
-               "namespace has nothing but its own loopback"),
+               "never", "AF_ALG and AF_VSOCK are refused; under namespaces the network namespace "
+               "has nothing but its own loopback; in rlimits mode unix, inet and inet6 are "
+               "refused as well (socketpair stays), netlink and the rest allowed"),
 )
 
 

@@ -36,11 +36,15 @@ would never fire. It refuses:
   `rt_sigqueueinfo` or `rt_tgsigqueueinfo`: a pid can name any thread of the trainer (the signal
   then stops its whole process), and threads come and go, so no list of the trainer's ids could
   keep them out;
-- any signal sent to the trainer's pid, its process group or every process (-1).
+- any signal sent to the trainer's pid, its process group or every process (-1);
+- `socket()` for the unix, IPv4 and IPv6 families: the code shares the host's network and file
+  system, so these would reach Ray's GCS and raylet ports, its pathname unix sockets (which
+  Landlock does not cover) and the internet. `socketpair()` stays allowed: it reaches no one.
 Other signals pass: the code may signal itself, its children and its process group. What the
-guard does not stop: the code may still write the trainer's memory through `/proc/PID/mem` and
-the user's files, as any process of the user may, and kill (not stop) the trainer by naming one
-of its threads' ids. That is why untrusted code belongs under namespaces.
+guard alone does not stop (Landlock and, as root, uid 65534 do: `sandbox_landlock`,
+`sandbox_user`): writing the trainer's memory through `/proc/PID/mem` and the user's files, as
+any process of the user may, and killing (not stopping) the trainer by naming one of its
+threads' ids.
 
 Any call of another ABI (x32, or 32-bit calls through `int 0x80` on x86_64; arm32 on arm64), whose
 numbers this filter does not check, is refused. Known architectures only (x86_64, aarch64);
@@ -73,6 +77,10 @@ _GUARD_REFUSED = ("pidfd_open", "pidfd_send_signal", "tkill")  # refused in rlim
 PERSONALITIES = (0x0, 0x8, 0x20000, 0x20008, 0xFFFFFFFF)  # what Docker lets personality() set
 CLONE_NAMESPACE_FLAGS = 0x7E020000  # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET
 SOCKET_FAMILIES_REFUSED = (38, 40)  # AF_ALG, AF_VSOCK
+# Refused in rlimits mode too: without a network namespace these reach the host's services
+# (Ray's GCS and raylet ports, its pathname unix sockets, which Landlock does not cover).
+# socketpair() stays: asyncio and multiprocessing pipes need it, and it reaches no one.
+GUARD_SOCKET_FAMILIES = (1, 2, 10)  # AF_UNIX, AF_INET, AF_INET6
 TERMINAL_IOCTLS = (0x5412, 0x541C)  # TIOCSTI, TIOCLINUX
 FIRST_UNKNOWN = 467  # one past removexattrat, the newest call Docker's profile allows
 
@@ -103,6 +111,7 @@ _NUMBERS = {
     "modify_ldt": (154, None), "ptrace": (101, 117), "process_vm_readv": (310, 270),
     "process_vm_writev": (311, 271),
     "clone": (56, 220), "clone3": (435, 435), "personality": (135, 92), "socket": (41, 198),
+    "socketpair": (53, 199),
     "ioctl": (16, 29), "kill": (62, 129), "tkill": (200, 130), "tgkill": (234, 131),
     "rt_sigqueueinfo": (129, 138), "rt_tgsigqueueinfo": (297, 240),
     "pidfd_send_signal": (424, 424), "pidfd_open": (434, 434),
@@ -162,7 +171,8 @@ def program(guard: tuple[int, int] | None = None) -> bytes | None:
     code += [(_JEQ, value, "allow") for value in PERSONALITIES] + ["deny"]
     code += ["label:check_clone", ld_arg0, (_JSET, CLONE_NAMESPACE_FLAGS, "deny"), "allow"]
     code += ["label:check_socket", ld_arg0]
-    code += [(_JEQ, family, "deny") for family in SOCKET_FAMILIES_REFUSED] + ["allow"]
+    families = SOCKET_FAMILIES_REFUSED + (GUARD_SOCKET_FAMILIES if guard else ())
+    code += [(_JEQ, family, "deny") for family in families] + ["allow"]
     code += ["label:check_ioctl", ld_arg1]
     code += [(_JEQ, request, "deny") for request in TERMINAL_IOCTLS] + ["allow"]
     if guard:

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from rllib_llm.envs import sandbox, sandbox_seccomp
+from rllib_llm.envs import sandbox, sandbox_cgroup, sandbox_seccomp
 from rllib_llm.envs.sandbox import (
     MAX_PROCESSES,
     SandboxReport,
@@ -360,11 +360,168 @@ def test_host_files_are_invisible_and_the_system_read_only(namespaces, tmp_path)
     assert secret.read_text() == "hunter2"
 
 
-@pytest.mark.skipif(ROOT, reason="root may write /etc: without namespaces nothing stops it")
-def test_rlimits_mode_cannot_write_etc_as_a_user():
+def test_rlimits_mode_cannot_write_etc():
+    """As a user by the file modes; as root because the code runs as uid 65534 (and, where the
+    kernel has it, Landlock allows no write outside the run's directory)."""
     target = f"/etc/rllib_llm_sandbox_{uuid.uuid4().hex[:8]}"
     result = run_python(f"open({target!r}, 'w').write('x')", isolation="rlimits")
     assert "PermissionError" in result.stderr and not os.path.exists(target)
+
+
+# --- hostile code without namespaces: Landlock, the filter, and uid 65534 as root ---------------
+# rlimits mode is also auto's fallback where user namespaces are forbidden. The issue's probes:
+# the code read HF_TOKEN from the trainer's and its Ray workers' /proc/PID/environ, connected to
+# Ray's GCS and raylet ports, saw Ray's unix sockets, and as root moved a daemon out of the run's
+# cgroup. Each check is skipped where the report says its bound does not hold here, with why.
+RLIMITS_BOUNDS = {bound.name: bound for bound in REPORT.bounds("rlimits")}
+ATTEMPT = ("import os, signal, socket\ndef attempt(action):\n    try:\n"
+           "        return repr(action())\n    except OSError as e:\n"
+           "        return type(e).__name__\n")
+
+
+def require(bound: str) -> None:
+    """Skip unless the report says `bound` holds for a run in rlimits mode here."""
+    if not RLIMITS_BOUNDS[bound].active:
+        pytest.skip(f"rlimits mode here: {bound}: {RLIMITS_BOUNDS[bound].detail}")
+
+
+@pytest.fixture
+def worker_with_a_secret():
+    """A process like a Ray worker: the caller's user, HF_TOKEN in its environment."""
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                              env={**os.environ, "HF_TOKEN": "hunter2"})
+    yield worker
+    worker.kill()
+    worker.wait()
+
+
+def test_rlimits_secrets_in_other_processes_environ_are_out_of_reach(worker_with_a_secret):
+    """The worker's and the trainer's /proc/PID/environ cannot be read, and neither can be
+    signalled (Landlock: no /proc, signals scoped; as root also uid 65534)."""
+    require("host processes")
+    worker = worker_with_a_secret.pid
+    code = ATTEMPT + "\n".join([
+        f"print(attempt(lambda: open('/proc/{worker}/environ', 'rb').read()))",
+        f"print(attempt(lambda: open('/proc/{os.getpid()}/environ', 'rb').read()))",
+        f"print(attempt(lambda: open('/proc/{worker}/cmdline', 'rb').read()))"
+        if REPORT.landlock_abi else "print('PermissionError')",
+        f"print(attempt(lambda: os.kill({worker}, signal.SIGKILL)))",
+        f"print(attempt(lambda: os.kill({worker}, signal.SIGTERM)))"])
+    result = run_python(code, isolation="rlimits")
+    assert result.stdout.split() == ["PermissionError"] * 5, result
+    assert "hunter2" not in result.stdout + result.stderr
+    time.sleep(0.1)
+    assert worker_with_a_secret.poll() is None
+
+
+@pytest.mark.timeout(30)
+def test_rlimits_no_tcp_to_the_hosts_loopback_services():
+    """Like Ray's GCS and raylet ports: no connect, no bind, no UDP either."""
+    require("network")
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.setblocking(False)
+        port = server.getsockname()[1]
+        code = ATTEMPT + "\n".join([
+            f"print(attempt(lambda: socket.create_connection(('127.0.0.1', {port}), 1)))",
+            "print(attempt(lambda: socket.create_server(('127.0.0.1', 0))))",
+            "print(attempt(lambda: socket.socket(socket.AF_INET6, socket.SOCK_STREAM)))",
+            "print(attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM)))"])
+        result = run_python(code, isolation="rlimits")
+        assert result.stdout.split() == ["PermissionError"] * 4, result
+        with pytest.raises(BlockingIOError):
+            server.accept()  # nothing ever arrived
+
+
+@pytest.mark.timeout(30)
+def test_rlimits_no_unix_sockets_of_the_host(shared_tmp):
+    """Like Ray's sockets: a pathname socket anyone may write (the file modes do not stop
+    it; Landlock does not cover connect) and an abstract one; socketpair() still works."""
+    require("network")
+    path = str(shared_tmp / "raylet")
+    abstract = f"\0rllib_llm_test_{uuid.uuid4().hex[:8]}"
+    with socket.socket(socket.AF_UNIX) as named, socket.socket(socket.AF_UNIX) as hidden:
+        named.bind(path)
+        os.chmod(path, 0o777)
+        hidden.bind(abstract)
+        for server in (named, hidden):
+            server.listen()
+            server.setblocking(False)
+        code = ATTEMPT + "\n".join([
+            f"print(attempt(lambda: socket.socket(socket.AF_UNIX).connect({path!r})))",
+            f"print(attempt(lambda: socket.socket(socket.AF_UNIX).connect({abstract!r})))",
+            "print(len(socket.socketpair()))"])
+        result = run_python(code, isolation="rlimits")
+        assert result.stdout.split() == ["PermissionError", "PermissionError", "2"], result
+        for server in (named, hidden):
+            with pytest.raises(BlockingIOError):
+                server.accept()
+
+
+def test_rlimits_host_files_are_out_of_reach(tmp_path):
+    """Landlock: no reading outside the system and the Python installation (not the project,
+    not a root-only file, not /proc), no writing outside the run's directory."""
+    require("host files")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("hunter2")
+    victim = f"/tmp/rllib_llm_sandbox_victim_{uuid.uuid4().hex[:8]}"
+    code = ATTEMPT + "\n".join([
+        f"print(attempt(lambda: open({str(secret)!r}).read()))",
+        f"print(attempt(lambda: open({str(REPO / 'README.md')!r}).read(1)))",
+        "print(attempt(lambda: open('/etc/shadow').read(1)))",
+        "print(attempt(lambda: os.listdir('/proc')))",
+        f"print(attempt(lambda: open({victim!r}, 'w').write('x')))",
+        "print(attempt(lambda: open('here', 'w').write('x')))",
+        "print(attempt(lambda: open('/dev/null', 'w').write('x')))"])
+    result = run_python(code, isolation="rlimits")
+    assert result.stdout.split() == ["PermissionError"] * 5 + ["1", "1"], result
+    assert not os.path.exists(victim)
+
+
+@pytest.mark.timeout(60)
+def test_rlimits_code_cannot_leave_its_cgroup():
+    """The issue's probe: as root, a double-forked daemon wrote its pid into the parent cgroup's
+    cgroup.procs and outlived the call with no memory or task bound. As uid 65534 (or under
+    Landlock) it cannot, and the run's cgroup kill takes it along."""
+    if not REPORT.run_cgroup:
+        pytest.skip(f"no run cgroup here: {REPORT.layer('run cgroup').detail}")
+    require("memory")
+    placement, _ = sandbox_cgroup.detect()
+    # The placement's base, the cgroup above it (the trainer's own, or its parent) and the one
+    # above that: leaving the run's cgroup for any of them leaves its limits.
+    targets = sorted({procs for base in placement.bases
+                      for path in (base, os.path.dirname(base),
+                                   os.path.dirname(os.path.dirname(base)))
+                      if os.path.exists(procs := os.path.join(path, "cgroup.procs"))})
+    token = f"sbx{uuid.uuid4().hex[:10]}"
+    code = name_me(token) + ATTEMPT + f"""import time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        for path in {targets!r}:
+            print(attempt(lambda: open(path, 'w').write(str(os.getpid()))), flush=True)
+        time.sleep(60)
+    os._exit(0)
+time.sleep(1)
+"""
+    result = run_python(code, timeout_s=5, isolation="rlimits")
+    assert result.stdout.split() == ["PermissionError"] * len(targets), result
+    assert_all_gone(token)
+
+
+def test_rlimits_code_runs_as_uid_65534_as_root():
+    """No identity to go back to, no rlimit to raise again, no supplementary groups."""
+    if not ROOT:
+        pytest.skip("only root changes the code's identity")
+    code = ("import os, resource\nprint(os.getresuid(), os.getresgid(), os.getgroups())\n"
+            "for action in (lambda: os.setuid(0), lambda: resource.setrlimit(\n"
+            "        resource.RLIMIT_NOFILE, (4096, 4096))):\n    try:\n        action()\n"
+            "        print('allowed')\n    except (OSError, ValueError) as e:\n"
+            "        print(type(e).__name__)\n")
+    result = run_python(code, isolation="rlimits")
+    assert result.stdout.splitlines() == ["(65534, 65534, 65534) (65534, 65534, 65534) []",
+                                          "PermissionError", "ValueError"], result
 
 
 # --- output ---------------------------------------------------------------------------------------
@@ -407,12 +564,16 @@ def test_a_burst_of_64_concurrent_runs_completes(isolation):
 def test_report_lists_the_layers_and_prints():
     names = [layer.name for layer in REPORT.layers]
     assert names == ["namespaces", "no capabilities", "run cgroup", "rlimits", "process count",
-                     "seccomp filter", "parent guard", "clean environment",
+                     "seccomp filter", "parent guard", "landlock", "unprivileged user",
+                     "clean environment",
                      "fresh working directory", "wall-clock kill"]
     assert REPORT.layers[0].active == REPORT.namespaces == (REPORT.bwrap is not None)
     assert REPORT.layer("process count").active == (not ROOT and sandbox._nproc_enforced())
     assert REPORT.layer("run cgroup").active == REPORT.run_cgroup
-    assert [b.name for b in REPORT.bounds()] == ["memory", "processes", "disk", "capabilities"]
+    assert [b.name for b in REPORT.bounds()] == ["memory", "processes", "disk", "capabilities",
+                                                 "host files", "host processes", "network"]
+    assert REPORT.layer("landlock").active == (REPORT.landlock_abi > 0)
+    assert REPORT.layer("unprivileged user").active == ROOT
     printed = subprocess.run([sys.executable, "-m", "rllib_llm.envs.sandbox"],
                              capture_output=True, text=True, check=True).stdout
     assert printed.strip() == str(REPORT)
@@ -832,7 +993,9 @@ DOCKER_REFUSED_CALLS = [
     ("ioctl", "0, 0x5412, b'x'"),  # TIOCSTI (flatpak's rule)
     ("ioctl", "0, (1 << 32) | 0x5412, b'x'"),  # the same request with high bits set
 ]
-ALLOWED_CALLS = [("personality", "0xFFFFFFFF"), ("socket", "1, 1, 0")]  # query; AF_UNIX
+# A query; socketpair of AF_UNIX (socket() of AF_UNIX is refused in rlimits mode).
+ALLOWED_CALLS = [("personality", "0xFFFFFFFF"),
+                 ("socketpair", "1, 1, 0, (pair := (ctypes.c_int * 2)())")]
 ORDINARY_WORK = """import subprocess, sys, threading
 thread = threading.Thread(target=print, args=("thread",))
 thread.start(); thread.join()
