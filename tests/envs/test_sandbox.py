@@ -70,7 +70,9 @@ def fresh_detection(monkeypatch):
 def unavailable_report() -> SandboxReport:
     layers = (sandbox.Layer("namespaces", False, "test: no bwrap"), *REPORT.layers[1:])
     return SandboxReport(namespaces=False, bwrap=None, user_namespace=False,
-                         interpreter=REPORT.interpreter, layers=layers)
+                         interpreter=REPORT.interpreter, layers=layers,
+                         landlock_abi=REPORT.landlock_abi,
+                         keep_read_search=REPORT.keep_read_search)
 
 
 def named(token: str) -> list[int]:
@@ -655,6 +657,51 @@ def test_auto_falls_back_to_rlimits_and_warns_once(fresh_detection, monkeypatch)
         run_python("print(3)", isolation="rlimits")
     assert (first.stdout, first.isolation) == ("1\n", "rlimits")
     assert (second.stdout, second.isolation) == ("2\n", "rlimits")
+
+
+def test_autos_fallback_gets_landlock_and_uid_65534_too(fresh_detection, monkeypatch):
+    """Where user namespaces are forbidden, "auto" runs what "rlimits" runs, not less."""
+    monkeypatch.setattr(sandbox, "_report", unavailable_report())
+    code = ATTEMPT + ("print(os.getuid())\nprint(attempt(lambda: os.listdir('/proc')))\n"
+                      "print(attempt(lambda: socket.socket()))\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SandboxWarning)
+        uid, proc, tcp = run_python(code).stdout.split()
+    assert uid == str(65534 if ROOT else os.getuid())
+    assert proc == ("PermissionError" if REPORT.landlock_abi else proc)
+    assert tcp == ("PermissionError" if sandbox_seccomp.supported() else tcp)
+
+
+def test_the_fallback_warning_names_what_is_not_bounded(fresh_detection, monkeypatch):
+    report = unavailable_report()
+    monkeypatch.setattr(sandbox, "_report", report)
+    open_ = [bound.name for bound in report.bounds("rlimits") if not bound.active]
+    with pytest.warns(SandboxWarning, match=f"Landlock .ABI {report.landlock_abi}.*Not bounded "
+                      f"here: {', '.join(open_) or 'nothing'}"):
+        run_python("print(1)")
+
+
+def test_the_caller_does_not_wait_for_a_big_run_directory_to_go(monkeypatch):
+    """The issue's run left 350k files and returned 26 s after it began with timeout_s=20: their
+    removal ran in line. Now the directory's name is gone at once and its removal, here made
+    to take 3 s, runs beside the caller."""
+    import threading
+
+    slow_remove = sandbox._remove_tree
+
+    def remove(path):
+        time.sleep(3)
+        slow_remove(path)
+
+    monkeypatch.setattr(sandbox, "_remove_tree", remove)
+    start = time.monotonic()
+    result = run_python("import os\nprint(os.getcwd())", isolation="rlimits")
+    assert time.monotonic() - start < 2 and result.duration_s < 2
+    assert not Path(result.stdout.strip()).exists()
+    for thread in threading.enumerate():
+        if thread.name == "sandbox-cleanup":
+            thread.join()
+    assert not Path(result.stdout.strip() + ".removing").exists()
 
 
 def test_rlimits_mode_does_not_warn(fresh_detection):
