@@ -65,12 +65,22 @@ def is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def number_rule(v: Any, holds: Callable[[Any], bool], bound: str) -> str | None:
+    """None if `v` is a finite number for which `holds`, else the rule: "must be a number
+    {bound}", or "must be a finite number {bound}" for inf and nan (which compare as numbers:
+    told only "must be a number > 0", temperature=inf read as a contradiction)."""
+    if is_number(v) and holds(v):
+        return None
+    finite = isinstance(v, float) and not math.isfinite(v)
+    return f"must be a {'finite ' if finite else ''}number {bound}"
+
+
 def positive(v: Any) -> str | None:
-    return None if is_number(v) and v > 0 else "must be a number > 0"
+    return number_rule(v, lambda x: x > 0, "> 0")
 
 
 def non_negative(v: Any) -> str | None:
-    return None if is_number(v) and v >= 0 else "must be a number >= 0"
+    return number_rule(v, lambda x: x >= 0, ">= 0")
 
 
 def positive_int(v: Any) -> str | None:
@@ -112,11 +122,11 @@ def training_temperature(v: Any) -> str | None:
 
 
 def unit_interval(v: Any) -> str | None:
-    return None if is_number(v) and 0 <= v <= 1 else "must be a number in [0, 1]"
+    return number_rule(v, lambda x: 0 <= x <= 1, "in [0, 1]")
 
 
 def open_unit_interval(v: Any) -> str | None:
-    return None if is_number(v) and 0 < v <= 1 else "must be a number in (0, 1]"
+    return number_rule(v, lambda x: 0 < x <= 1, "in (0, 1]")
 
 
 def boolean(v: Any) -> str | None:
@@ -523,7 +533,7 @@ FIELDS: tuple[Field, ...] = (
           boolean, "loss"),
     Field("dual_clip_c", 3.0,
           "Dual-clip constant c (> 1). ROLL uses 1 + 2 * pg_clip; we follow the paper.",
-          lambda v: None if is_number(v) and v > 1 else "must be a number > 1",
+          lambda v: number_rule(v, lambda x: x > 1, "> 1"),
           "variant parameters"),
     Field("tis_lower_bound", 0.0, "TIS: lower truncation of the importance ratio.",
           non_negative, "variant parameters"),

@@ -127,12 +127,7 @@ def read_run_file(path: str | Path, sets: list[str] = (), *, strict: bool = Fals
     allow_search_spaces: values may be Tune search spaces ({grid_search: [...]}, ...; sweeps).
     """
     path = Path(path)
-    if not path.is_file():
-        raise ConfigFileError(f"{path}: no such file")
-    try:
-        data = parse_yaml(path.read_text())
-    except yaml.YAMLError as e:
-        raise ConfigFileError(f"{path}: not valid YAML: {e}") from e
+    data = _read_yaml(path)
     if not isinstance(data, dict) or not data:
         raise ConfigFileError(f"{path}: must be a YAML mapping of sections "
                               f"({', '.join(SECTIONS)}) or a ROLL config, got {data!r:.80}")
@@ -154,6 +149,39 @@ def read_run_file(path: str | Path, sets: list[str] = (), *, strict: bool = Fals
     _check_sections(run_file, allow_search_spaces)
     _canonical_names(run_file)
     return run_file
+
+
+def _read_yaml(path: Path) -> Any:
+    """The file's YAML, or a ConfigFileError naming what is wrong with it as a file."""
+    if path.is_dir():
+        raise ConfigFileError(f"{path}: is a directory, not a config file; pass the YAML file")
+    if not path.is_file():
+        raise ConfigFileError(f"{path}: no such file" if not path.exists() else
+                              f"{path}: not a regular file (a FIFO or a device); pass the YAML "
+                              "file")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")  # (an editor's byte order mark is no part of the text)
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise ConfigFileError(
+            f"{path}: not UTF-8: byte {e.start} (line {line}) is {raw[e.start:e.start + 1]!r}; "
+            "save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8 in.yaml > out.yaml`)"
+        ) from None
+    try:
+        return parse_yaml(text)
+    except yaml.YAMLError as e:
+        raise ConfigFileError(f"{path}: not valid YAML: {_one_line(e)}") from e
+
+
+def _one_line(error: yaml.YAMLError) -> str:
+    """A YAML error in one line: PyYAML's syntax errors quote the line and point at the column
+    over four lines."""
+    if isinstance(error, yaml.MarkedYAMLError) and error.problem and error.problem_mark:
+        mark = error.problem_mark
+        return (f"{error.context + ': ' if error.context else ''}{error.problem} (line "
+                f"{mark.line + 1}, column {mark.column + 1})")
+    return " ".join(str(error).split())
 
 
 def _read_ours(path: Path, data: dict[str, Any]) -> RunFile:

@@ -201,9 +201,13 @@ def test_grad_clip_must_be_positive_or_none(grad_clip):
     config(grad_clip=None).validate()
 
 
-@pytest.mark.parametrize("temperature", [float("inf"), float("nan"), -1.0])
-def test_temperature_must_be_finite_and_positive(temperature):
-    with pytest.raises(ValueError, match="RLVRConfig.temperature=.*must be a number > 0"):
+@pytest.mark.parametrize(("temperature", "rule"), [
+    (float("inf"), "must be a finite number > 0"),  # (not "a number > 0": inf is one, and > 0)
+    (float("nan"), "must be a finite number > 0"),
+    (-1.0, "must be a number > 0"),
+])
+def test_temperature_must_be_finite_and_positive(temperature, rule):
+    with pytest.raises(ValueError, match=f"RLVRConfig.temperature=.*{rule}"):
         config(temperature=temperature).validate()
 
 
