@@ -90,10 +90,11 @@ def temporary_beside(target: Path) -> Iterator[Path]:
         tmp.mkdir()
         yield tmp
     except OSError as e:
-        raise CheckpointWriteError(
-            e.errno, f"could not write {str(target)!r}: {_one_line(e)}"
-            + (f" (writing {name})" if (name := _short(e.filename, tmp)) else "")
-            + f"; nothing of it was left, {str(target)!r} is as it was") from None
+        message = (f"could not write {str(target)!r}: {_one_line(e)}"
+                   + (f" (writing {name})" if (name := _short(e.filename, tmp)) else "")
+                   + f"; nothing of it was left, {str(target)!r} is as it was")
+        raise (CheckpointWriteError(message) if e.errno is None
+               else CheckpointWriteError(e.errno, message)) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
