@@ -14,6 +14,10 @@ connecting to Ray's GCS and raylet ports and listing Ray's sockets. Under this r
 - **scopes** (ABI >= 6): no connecting to abstract unix sockets and no signals to processes
   outside the run's own Landlock domain (the trainer, its Ray workers, other runs).
 
+The host's `/dev/shm` is left out on purpose (shared by every process of the machine, Ray's
+object store among them): `multiprocessing`'s locks and pools, which put POSIX semaphores there,
+fail with PermissionError in this mode; under namespaces `/dev/shm` is the run's own.
+
 What Landlock does not cover, even at ABI 7: UDP and other socket families, and connecting to a
 *pathname* unix socket (the kernel checks write permission on the socket file, not Landlock) --
 the seccomp filter refuses `socket()` for the unix and internet families in this mode, and as
