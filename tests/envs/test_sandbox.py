@@ -871,6 +871,12 @@ def nobody_python() -> str | None:
     return None
 
 
+SECRETS_OF_THE_SAME_USER = ATTEMPT + (
+    "print(attempt(lambda: open(f'/proc/{os.getppid()}/environ', 'rb').read()))\n"
+    "print(attempt(lambda: os.listdir('/proc')))\n"
+    "print(attempt(lambda: socket.socket()))\n")
+
+
 @pytest.fixture
 def shared_tmp():
     """A temporary directory every user may enter (pytest's tmp_path sits in a 0700 one)."""
@@ -894,7 +900,8 @@ def test_the_hostile_checks_hold_for_an_unprivileged_caller(shared_tmp):
     checks = {"remount": (REMOUNT.format(target=b"/usr", probe="/usr/lib/os-release"), "auto", 5),
               "stop": (TRACE_AND_STOP, "rlimits", 2), "kernel": (KERNEL_WRITES, "auto", 5),
               "refusals": (REFUSALS, "auto", 5), "refusals_rlimits": (REFUSALS, "rlimits", 5),
-              "pid1": (PTRACE_PID_1, "auto", 3)}
+              "pid1": (PTRACE_PID_1, "auto", 3),
+              "secrets_rlimits": (SECRETS_OF_THE_SAME_USER, "rlimits", 5)}
     script = ("import json, sys, warnings\nwarnings.simplefilter('ignore')\n"
               "from rllib_llm.envs.sandbox import run_python, sandbox_report\n"
               "results = {name: run_python(code, timeout_s=t, isolation=mode)\n"
@@ -903,9 +910,14 @@ def test_the_hostile_checks_hold_for_an_unprivileged_caller(shared_tmp):
               "r.timed_out, r.isolation] for name, r in results.items()}]))\n")
     out = subprocess.run([python, "-c", script], input=json.dumps(checks), user=NOBODY,
                          group=NOBODY, extra_groups=[], capture_output=True, text=True, cwd="/",
-                         env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"}, timeout=120)
+                         env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin",
+                              "HF_TOKEN": "hunter2"}, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     namespaces, results = json.loads(out.stdout)
+    # The trainer is this user's own process: only Landlock keeps its environ out of reach.
+    if REPORT.landlock_abi:
+        assert results["secrets_rlimits"][0].split() == ["PermissionError"] * 3, results
+    assert "hunter2" not in results["secrets_rlimits"][0]
     stop = results["stop"]
     assert stop[0].split("\n")[:5] == ["ptrace -1"] + ["PermissionError"] * 4 and stop[1] < 3
     check_refusals(results["refusals"][0])
