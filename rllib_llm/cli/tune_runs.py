@@ -13,6 +13,7 @@ A run directory is a Tune experiment directory:
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,9 @@ def init_ray() -> None:
     # checkpoints since the last one (so a resume never looks for a deleted checkpoint), and
     # warns when that is often; runs of small models checkpoint often on purpose.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    tune_log = logging.getLogger("ray.tune.execution.tune_controller")
+    if not any(isinstance(f, HideTrialTracebacks) for f in tune_log.filters):
+        tune_log.addFilter(HideTrialTracebacks())
     if not ray.is_initialized():
         ray.init(include_dashboard=False, log_to_driver=False,
                  num_cpus=None if os.environ.get("RAY_ADDRESS") else os.cpu_count())
@@ -142,11 +146,38 @@ def read_run_file(run_dir: Path) -> dict[str, Any]:
 
 
 def report_errors(results) -> int:
-    """Print each failed trial's error; the exit status (1 if any failed)."""
+    """Print each failed trial's cause in one line (its traceback is in the trial directory's
+    error.txt); the exit status (1 if any failed)."""
     failed = [r for r in results if r.error]
     for r in failed:
-        print(f"trial {r.path} failed: {r.error}")
+        print(f"trial {r.path} failed: {trial_cause(r.error)} (traceback: {r.path}/error.txt)")
     return 1 if failed else 0
+
+
+def trial_cause(error: BaseException) -> str:
+    """'ValueError: <its message>' of the exception that failed a trial.
+
+    Tune hands back a RayTaskError (the trial actor's), whose text is the whole remote traceback,
+    and an error of an env runner inside it is another; each keeps what was raised as `cause`.
+    The innermost cause's own message is the one line a user needs.
+    """
+    while isinstance(getattr(error, "cause", None), BaseException) and error.cause is not error:
+        error = error.cause
+    from ray.exceptions import RayTaskError
+
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if isinstance(error, RayTaskError) and lines:  # no cause kept: the traceback's last line
+        return lines[-1]  # is the exception and its message
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+
+
+class HideTrialTracebacks(logging.Filter):
+    """Drop Tune's "Trial task failed for trial ..." record, the trial's whole traceback on the
+    console: `report_errors` says the cause in one line, and Tune keeps the traceback in the
+    trial's error.txt."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Trial task failed for trial")
 
 
 def trainable(run: dict[str, Any]) -> type:

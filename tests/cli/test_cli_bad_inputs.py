@@ -176,3 +176,37 @@ def test_temperature_inf_from_the_command_line(tmp_path, capsys):
     assert error_line(capsys, ["eval", "embedded", "--temperature", "inf"]) == (
         "rllib-llm eval: error: RLVRConfig.temperature=inf is invalid: it must be a finite "
         "number >= 0.")
+
+
+# --- a trial that fails -------------------------------------------------------------------------
+def test_a_failed_trial_is_reported_by_its_cause_in_one_line(tmp_path, capsys):
+    """Tune hands back the trial actor's RayTaskError, whose text is the remote traceback (an
+    env runner's error inside it, another); the report is the innermost cause's message."""
+    import logging
+    from types import SimpleNamespace
+
+    from ray.exceptions import RayTaskError
+
+    from rllib_llm.cli.tune_runs import HideTrialTracebacks, report_errors, trial_cause
+
+    cause = ValueError("dataset file 'p.jsonl' does not exist; check the path\n(more detail)")
+    runner = RayTaskError("sample", "Traceback (most recent call last):\n  ...\nValueError: x",
+                          cause)
+    trial = RayTaskError("train", "Traceback (most recent call last):\n  ...", runner)
+    assert trial_cause(trial) == "ValueError: dataset file 'p.jsonl' does not exist; check the path"
+    # A cause Ray could not keep: the traceback's last line names it.
+    lost = RayTaskError("train", "Traceback (most recent call last):\n  File x\nKeyError: 'k'",
+                        None)
+    assert trial_cause(lost) == "KeyError: 'k'"
+    results = [SimpleNamespace(error=trial, path=str(tmp_path / "RLVR_1")),
+               SimpleNamespace(error=None, path=str(tmp_path / "RLVR_2"))]
+    assert report_errors(results) == 1
+    assert capsys.readouterr().out == (
+        f"trial {tmp_path}/RLVR_1 failed: ValueError: dataset file 'p.jsonl' does not exist; "
+        f"check the path (traceback: {tmp_path}/RLVR_1/error.txt)\n")
+    # Tune's own console record of it, the whole traceback, is dropped; others are kept.
+    record = logging.LogRecord("ray.tune", logging.ERROR, "", 0, "Trial task failed for trial "
+                               "RLVR_1", None, None)
+    assert not HideTrialTracebacks().filter(record)
+    record.msg = "Something else"
+    assert HideTrialTracebacks().filter(record)
