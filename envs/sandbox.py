@@ -71,8 +71,9 @@ concurrent runs share uid 65534 as root; a process that leaves the process group
 (`os.setsid()`) outlives the kill where there is no run cgroup (its CPU seconds stay limited, its
 sleep does not), and so does the whole run if the parent dies mid-run (under namespaces bwrap's
 `--die-with-parent` ends it). The parent guard keeps the code from tracing or stopping the
-trainer, not from writing the trainer's memory through /proc or killing it by a thread id. Use
-namespaces for untrusted code.
+trainer; without Landlock (and as a user, not root) it does not keep it from writing the
+trainer's memory through /proc or killing it by a thread id. Prefer namespaces for untrusted
+code; `SandboxReport.bounds("rlimits")` says what holds here without them.
 
 The process count, root versus not: the kernel never applies RLIMIT_NPROC to uid 0 (nor to
 CAP_SYS_RESOURCE holders), in a user namespace or not. For other users it counts the tasks of
@@ -526,7 +527,8 @@ def _detect() -> tuple[SandboxReport, sandbox_cgroup.Placement | None]:
             Layer("unprivileged user", sandbox_user.applies(), _user_detail(keep_read_search)),
             Layer("clean environment", True, "PATH, HOME, TMPDIR and LANG only"),
             Layer("fresh working directory", True, "an empty tmpfs /tmp (namespaces) or an "
-                  "empty temporary directory removed afterwards (rlimits)"),
+                  "empty temporary directory (rlimits; as root owned by uid 65534), removed "
+                  "afterwards without the caller waiting"),
             Layer("wall-clock kill", True, "of the run's process group at timeout_s, at once; "
                   "under namespaces also of its pid namespace, with a cgroup of every process "
                   "of the run, so nothing survives"),
