@@ -54,7 +54,8 @@ def main(args: argparse.Namespace) -> bool:
             temperature=1.0,
             grad_clip=1.0,
             # "bfloat16": the learner's passes in mixed precision over float32 weights, about
-            # 1.8x faster on a CPU with AVX512-BF16 (TRL's bf16=True); None: float32.
+            # 1.8x faster on a CPU with AVX512-BF16 (TRL's bf16=True) and ~70x slower on one
+            # with only AVX2; "auto": bf16 only where the CPU (or GPU) has it; None: float32.
             autocast_dtype=args.autocast_dtype,
             fused_optimizer=True,  # torch's fused Adam, as TRL's: 2x faster steps, not bit-exact
         )
@@ -112,8 +113,9 @@ if __name__ == "__main__":
     parser.add_argument("--response-length", type=int, default=32)
     parser.add_argument("--lr", type=float, default=2e-5)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--autocast-dtype", choices=["bfloat16"],
-                        help="mixed precision on the learner (default: float32 throughout)")
+    parser.add_argument("--autocast-dtype", choices=["bfloat16", "auto"],
+                        help="mixed precision on the learner; auto: bfloat16 where the device "
+                             "computes it natively (default: float32 throughout)")
     parser.add_argument("--checkpoint-dir", type=Path, default=DEFAULT_DIR,
                         help="where SmolLM2-135M-Instruct is exported to (once)")
     sys.exit(0 if main(parser.parse_args()) else 1)

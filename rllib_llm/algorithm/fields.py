@@ -198,7 +198,10 @@ FIELDS: tuple[Field, ...] = (
           "teacher_model_name_or_path), a local Hugging Face checkpoint directory, or a hub id.",
           text, "model"),
     Field("model_dtype", "float32",
-          "Parameter dtype of learner and sampler: 'float32', 'bfloat16' or 'float16'.",
+          "Parameter dtype of learner and sampler: 'float32', 'bfloat16' or 'float16'. A CPU "
+          "without AVX-512 BF16 or AMX emulates bf16 matmuls (about 70x slower than float32): "
+          "bf16 there warns once with the slowdown measured (autocast_dtype='auto' is the "
+          "device-chosen mixed precision).",
           one_of(("float32", "bfloat16", "float16")), "model"),
     Field("lora_rank", 0,
           "LoRA (the peft library): the rank of the adapters the learner trains instead of the "
@@ -476,14 +479,19 @@ FIELDS: tuple[Field, ...] = (
           "Mixed precision on learners: their forward and backward passes (training and "
           "scoring) run under torch.autocast in this dtype while the weights, gradients and "
           "Adam's state stay float32 (Hugging Face Trainer's and TRL's bf16=True). "
-          "'bfloat16' or None (off). About 1.8x faster forward and backward on a CPU with "
-          "AVX512-BF16 (benchmarks/RESULTS.md, \"Faster than TRL\"). Env runners sample in "
+          "'bfloat16', 'auto' or None (off). About 1.8x faster forward and backward on a CPU "
+          "with AVX512-BF16 (benchmarks/RESULTS.md, \"Faster than TRL\"), but about 70x slower "
+          "on a CPU with only AVX2, which has no bf16 instructions: 'auto' is 'bfloat16' where "
+          "the device a process computes on has them (a GPU with bf16; a CPU with AVX-512 BF16 "
+          "or AMX) and None elsewhere, settled by each learner and sampler for its own device "
+          "(rllib_llm/exchange/precision.py); an explicit 'bfloat16' on a CPU without them "
+          "warns once with the slowdown measured there. Env runners sample in "
           "model_dtype unless sampler_autocast=True, so an on-policy step's ratio then differs "
           "from 1 (one TOPR step's clipfrac 0.17 on the embedded task, 0.37 on SmolLM2-135M; "
           "recompute_old_logp=True trains on the learner's own log-probs). Needs "
           "model_dtype='float32' and a torch learner (DeepSpeed: set "
           "model_dtype='bfloat16', DeepSpeed's own bf16 with float32 master weights).",
-          optional(one_of(("bfloat16",))), "optimisation", annotation='str | None'),
+          optional(one_of(("bfloat16", "auto"))), "optimisation", annotation='str | None'),
     Field("fused_optimizer", False,
           "Adam's step as one fused kernel over all parameters (torch.optim.Adam(fused=True), "
           "the kernel of Hugging Face Trainer's default optim 'adamw_torch_fused', which TRL "

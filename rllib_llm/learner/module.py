@@ -27,6 +27,7 @@ from rllib_llm.exchange.columns import (
     VALUES,
 )
 from rllib_llm.exchange.devices import mixed_precision, module_device
+from rllib_llm.exchange.precision import autocast_for_device, precision_note, warn_if_emulated
 from rllib_llm.exchange.memory_budgets import (
     AUTO,
     CPU_MICRO_BATCH_TOKENS,
@@ -94,7 +95,9 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
     `use_remove_padding`, remove_padding.py),
     `critic` (None, or {"model_name_or_path": ..., "shares_trunk": bool}),
     `teacher` (None, or the teacher's model_name_or_path: `teacher_model_name_or_path`),
-    `autocast_dtype` (None, or the dtype learners' passes autocast to: mixed precision),
+    `autocast_dtype` (None, "auto", or the dtype learners' passes autocast to: mixed
+    precision; "auto": bfloat16 where the device computes it natively, until `size_for_device`
+    the CPU's choice),
     `attn_implementation` (None, or transformers' attention for the models learners load).
     Env runners build the module with `inference_only=True`: the policy alone.
     """
@@ -119,8 +122,8 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
         if self._adapters:
             lora.add_adapters(self.model, self.lora)
         self.fused_kernels = bool(cfg.get("fused_kernels")) and not self.inference_only
-        autocast = cfg.get("autocast_dtype")
-        self.autocast_dtype = None if autocast is None or self.inference_only else DTYPES[autocast]
+        # "auto": the CPU's choice until `size_for_device` settles it for the learner's device.
+        self.autocast_dtype = self._autocast_on(torch.device("cpu"))
         self.remove_padding = bool(cfg.get("remove_padding")) and not self.inference_only
         self._check_hidden_paths(self.model)
         self._reference_is_base = self._adapters and bool(cfg.get("use_reference"))
@@ -150,6 +153,11 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
             for trunk in self._trunks():
                 enable_gradient_checkpointing(trunk)
 
+    def _autocast_on(self, device: torch.device) -> torch.dtype | None:
+        """The dtype this module's learner passes autocast to on `device` (None: off)."""
+        autocast = autocast_for_device(self.model_config.get("autocast_dtype"), device)
+        return None if autocast is None or self.inference_only else DTYPES[autocast]
+
     def _check_hidden_paths(self, model: torch.nn.Module) -> None:
         """Reject a causal LM that fused kernels or remove_padding would score wrongly: both
         run its LM head on its trunk's last hidden states (`check_fused_head`, once), and
@@ -169,19 +177,29 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
         """Settle the "auto" learner settings for the device the module is on, once the learner
         has placed it there. On a GPU: gradient checkpointing on (where every trunk supports
         it), and the micro-batch budget what fits `share` of the GPU's free memory
-        (exchange/memory_budgets.py). On a CPU the defaults of `setup` stay.
+        (exchange/memory_budgets.py). On a CPU the defaults of `setup` stay. On either, an
+        "auto" autocast_dtype is bfloat16 where the device computes it natively
+        (exchange/precision.py), and an explicit bf16 that the CPU emulates warns once.
 
         `free_bytes`: the device's free memory (default: asked of torch, now). Returns what was
         sized, for the learner's device line; "" when nothing was.
         """
         cfg = self.model_config
+        device = module_device(self.model)
         if self.remove_padding:
-            remove_padding.check_attention_for_device(self.model, module_device(self.model))
-        if free_bytes is None:
-            free_bytes = free_device_bytes(module_device(self.model))
-        if free_bytes is None or self.inference_only:
+            remove_padding.check_attention_for_device(self.model, device)
+        if self.inference_only:
             return ""
-        notes = []
+        # bf16 only where the device computes it natively ("auto"); a warning where it is asked
+        # for explicitly and emulated.
+        self.autocast_dtype = self._autocast_on(device)
+        notes = [note for note in (precision_note(cfg.get("autocast_dtype"), device),) if note]
+        warn_if_emulated(cfg.get("autocast_dtype"), device, setting="autocast_dtype")
+        warn_if_emulated(cfg["model_dtype"], device, setting="model_dtype")
+        if free_bytes is None:
+            free_bytes = free_device_bytes(device)
+        if free_bytes is None:
+            return ", ".join(notes)
         if cfg.get("gradient_checkpointing") == AUTO:
             trunks = self._trunks()
             if all(getattr(t, "supports_gradient_checkpointing", False) for t in trunks):

@@ -10,6 +10,7 @@ import torch
 
 from rllib_llm.exchange.devices import announce, device_default
 from rllib_llm.exchange.memory_budgets import AUTO, generate_budget
+from rllib_llm.exchange.precision import autocast_for_device, precision_note, warn_if_emulated
 from rllib_llm.models import DTYPES
 from rllib_llm.rollout.decode_graphs import cuda_graph_decode
 
@@ -26,11 +27,17 @@ def make_engine(config, *, tokenizer, model, device: torch.device, worker_index:
     budget, sized = generate_budget(config.max_tokens_per_generate_batch, device, model,
                                     config.device_memory_share)
     graphs = cuda_graph_decode(config.torch_engine_cuda_graphs, device, model)
-    if sized or graphs.note:
-        announce(f"{who}'s torch engine", device,
-                 ", ".join(note for note in (sized, graphs.note) if note))
-    # The learners' mixed precision, where the sampler is to sample under it too.
-    autocast = config.autocast_dtype if config.sampler_autocast else None
+    # The learners' mixed precision, where the sampler is to sample under it too ("auto":
+    # bf16 where this device computes it natively).
+    autocast = autocast_for_device(config.autocast_dtype, device) \
+        if config.sampler_autocast else None
+    precision = precision_note(config.autocast_dtype, device) if config.sampler_autocast else ""
+    notes = [note for note in (sized, graphs.note, precision) if note]
+    if notes:
+        announce(f"{who}'s torch engine", device, ", ".join(notes))
+    if config.sampler_autocast:
+        warn_if_emulated(config.autocast_dtype, device, setting="autocast_dtype")
+    warn_if_emulated(config.model_dtype, device, setting="model_dtype")
     return TorchRolloutEngine(
         model, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
         device=device, max_tokens_per_batch=budget,

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from rllib_llm import RLVRConfig
+from rllib_llm.exchange.precision import native_bf16
 from rllib_llm.learner import token_logp
 from rllib_llm.learner.module import RLVRModule
 from rllib_llm.recipes.embedded import embedded_config
@@ -104,12 +105,18 @@ def test_sampler_autocast_samples_under_the_learners_autocast():
     """An on-policy step divides the learner's log-probs by the sampler's. Sampled in float32
     against bf16 training, one TOPR step clipped 17% of the embedded task's tokens (ratios 0.82
     to 1.09) where float32 throughout clips none; sampled under the learner's autocast, the ratio
-    is 1 up to the decode's own rounding (exactly 1 on the development machine)."""
-    algo = embedded_config("topr", seed=0, autocast_dtype="bfloat16",
+    is 1 up to the decode's own rounding. That rounding is the CPU's: exactly 1 on the
+    development machine (AMX), while a CPU without bf16 instructions, which emulates bf16,
+    clipped 5.7% (ratios to 1.038). So the precision is "auto", the device's choice: bf16 on
+    the first, float32 (ratio exactly 1) on the second, and learner and sampler agree."""
+    algo = embedded_config("topr", seed=0, autocast_dtype="auto",
                            sampler_autocast=True).build_algo()
+    expected = torch.bfloat16 if native_bf16(torch.device("cpu")) else None
     try:
         result = algo.train()["learners"]["default_policy"]
-        assert algo.env_runner_group.local_env_runner.engine.autocast_dtype == torch.bfloat16
+        assert algo.env_runner_group.local_env_runner.engine.autocast_dtype == expected
+        module = algo.learner_group.local_learner.module["default_policy"]
+        assert module.autocast_dtype == expected
         assert result["clipfrac"] <= 0.01, result
         assert 0.99 <= result["ratio_min"] <= result["ratio_max"] <= 1.01, result
     finally:
