@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
+from rllib_llm.algorithm.sample_errors import raise_if_failed, sample_or_error
 from rllib_llm.algorithm.sync_sampling import MAX_SAMPLE_ATTEMPTS, healthy_runner_ids
 from rllib_llm.exchange.columns import GROUP_ID, WEIGHT_VERSION
 
@@ -50,9 +51,10 @@ NUM_RESAMPLED_PARTS = "num_resampled_parts"  # parts lost with a failed runner, 
 BATCHES_IN_FLIGHT = "batches_in_flight"  # generating while the learner updates
 LEARNER_WAIT_S = "learner_wait_s"  # the learner's idle time: waiting for this batch
 
-# A part that fails this many times in a row (its runner dies, or sample() raises), or a batch
-# still too stale after this many rounds of sampling again, stops training: the cause is not a
-# passing one. RLlib logs each failure's error. (The bound synchronous sampling keeps too.)
+# A part whose runner dies this many times in a row, or a batch still too stale after this many
+# rounds of sampling again, stops training: the cause is not a passing one. RLlib logs each
+# failure's error. (The bound synchronous sampling keeps too.) An error sample() raises stops it
+# at once (sample_errors.py).
 MAX_PART_ATTEMPTS = MAX_SAMPLE_ATTEMPTS
 
 
@@ -204,7 +206,7 @@ class AsyncSampler:
         part.tag = f"rlvr_sample_{next(self._tags)}"
         n = part.num_prompts
         sent = self.group.foreach_env_runner_async(
-            lambda runner: (runner.sample(num_prompts=n), runner.get_metrics()),
+            lambda runner: sample_or_error(runner, n),
             tag=part.tag, remote_worker_ids=[part.runner])
         if not sent:  # the runner went down since it was picked: _wait_for finds it lost
             part.tag = ""
@@ -243,6 +245,7 @@ class AsyncSampler:
         results = self.group.fetch_ready_async_reqs(tags=[part.tag], timeout_seconds=None) \
             if part.tag else []
         if results:
+            raise_if_failed([results[0][1]])  # an error in sample(): no retry (sample_errors.py)
             self._arrived[part.batch].append((part.runner, *results[0][1]))
         return bool(results)
 

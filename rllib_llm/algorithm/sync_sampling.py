@@ -11,6 +11,10 @@ async_sampling/num_resampled_parts.
 
 Without fault tolerance (`restart_failed_env_runners=False`, `ignore_env_runner_failures=False`)
 RLlib raises the runner's error at once, as it does for every algorithm.
+
+An exception raised inside `sample()` is not a death: the runner answers with it, and training
+stops at once naming the runner and the cause (sample_errors.py), instead of RLlib's restart
+after a 60 s delay, three times over.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import math
 import time
 from collections.abc import Callable
 from typing import Any
+
+from rllib_llm.algorithm.sample_errors import raise_if_failed, sample_or_error
 
 logger = logging.getLogger(__name__)
 
@@ -72,13 +78,13 @@ def sample_remote(group, num_prompts: int | None, num_parts: int, part_size: int
     for attempt in range(1, MAX_SAMPLE_ATTEMPTS + 1):
         shares = share_out(pending, healthy_runner_ids(group, restore, timeout_s))
         results = group.foreach_env_runner(
-            lambda r: (r.worker_index, r.sample(num_prompts=shares[r.worker_index]),
-                       r.get_metrics()),
+            lambda r: (r.worker_index, sample_or_error(r, shares[r.worker_index])),
             remote_worker_ids=list(shares), local_env_runner=False)
-        for _, eps, m in results:
+        raise_if_failed([outcome for _, outcome in results])  # an error in sample(): no retry
+        for _, (eps, m) in results:
             episodes += eps
             metrics.append(m)
-        lost = sorted(set(shares) - {index for index, _, _ in results})
+        lost = sorted(set(shares) - {index for index, _ in results})
         pending = sum(shares[i] for i in lost)
         if not pending:
             return episodes, metrics, resampled
