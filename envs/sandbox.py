@@ -86,7 +86,8 @@ bounds it; without one a fork bomb grows until the wall-clock kill (measured on 
 memory and CPU seconds.
 
 Thread-safe (no `preexec_fn`: the limits are set by a small wrapper program in the child), and
-the parent's memory stays bounded: output beyond `max_output_bytes` is read and dropped.
+the parent's memory stays bounded: output beyond `max_output_bytes` is read and dropped
+(`sandbox_pipes`).
 """
 
 from __future__ import annotations
@@ -95,7 +96,6 @@ import atexit
 import math
 import os
 import platform
-import selectors
 import shutil
 import signal
 import stat
@@ -113,6 +113,7 @@ from rllib_llm.envs import (
     sandbox_bounds,
     sandbox_cgroup,
     sandbox_landlock,
+    sandbox_pipes,
     sandbox_seccomp,
     sandbox_user,
 )
@@ -126,8 +127,6 @@ MAX_PROCESSES = 32  # tasks (processes and threads) per run, where RLIMIT_NPROC 
 MAX_OPEN_FILES = 64
 
 _PROBE_TIMEOUT_S = 10.0  # generous: the probe must not fail on a busy machine
-_DRAIN_GRACE_S = 0.5  # after the child ended: how long to wait for pipes its escapees hold
-_POLL_S = 0.01  # exit polling where pidfd_open is unavailable (Linux < 5.3)
 _CODE_NAME = "<code>"  # the file name tracebacks show for the code
 _SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # What the standard library may read in /etc; the rest (shadow, ssh host keys, ...) stays out.
@@ -666,8 +665,8 @@ def _run(source: bytes, *, interpreter: str, bwrap: str | None, processes: int |
                                    stderr=subprocess.PIPE, env=env, cwd=cwd if scratch else "/",
                                    start_new_session=True, close_fds=True)
         try:
-            stdout, stderr, timed_out = _communicate(process, source, start + timeout_s,
-                                                     max_output_bytes, kill)
+            stdout, stderr, timed_out = sandbox_pipes.communicate(
+                process, source, start + timeout_s, max_output_bytes, kill)
         finally:
             kill()  # no-op after a normal end
             process.wait()
@@ -773,106 +772,6 @@ def _bwrap_args(bwrap: str, memory_mb: int, env: dict[str, str]) -> list[str]:
     for name, value in env.items():
         args += ["--setenv", name, value]
     return args
-
-
-class _Capture:
-    """The first `limit` bytes of a stream; the rest is dropped (and remembered as such)."""
-
-    def __init__(self, limit: int):
-        self.data, self.limit, self.truncated = bytearray(), limit, False
-
-    def add(self, chunk: bytes) -> None:
-        room = self.limit - len(self.data)
-        if len(chunk) > room:
-            self.truncated = True
-        self.data += chunk[:max(room, 0)]
-
-    def text(self) -> str:
-        return self.data.decode("utf-8", "replace")
-
-
-def _communicate(process: subprocess.Popen, source: bytes, deadline: float,
-                 max_output_bytes: int, kill) -> tuple[_Capture, _Capture, bool]:
-    """Feed `source` to stdin and read stdout/stderr until the child has ended and its pipes
-    are closed; kill its group when it ends (its leftovers) or at `deadline`.
-
-    Returns (stdout, stderr, timed_out)."""
-    stdout, stderr = _Capture(max_output_bytes), _Capture(max_output_bytes)
-    captures = {process.stdout.fileno(): stdout, process.stderr.fileno(): stderr}
-    stdin, pending = process.stdin.fileno(), memoryview(source)
-    pidfd = _pidfd(process.pid)
-    ended = timed_out = False
-    with selectors.DefaultSelector() as selector:
-        for fd in (stdin, *captures):
-            os.set_blocking(fd, False)
-        for fd in captures:
-            selector.register(fd, selectors.EVENT_READ)
-        if pidfd is not None:
-            selector.register(pidfd, selectors.EVENT_READ)
-        if pending:
-            selector.register(stdin, selectors.EVENT_WRITE)
-        else:
-            process.stdin.close()
-        while not ended or any(fd in selector.get_map() for fd in captures):
-            now = time.monotonic()
-            if now >= deadline:
-                if ended:
-                    break  # processes that escaped the kill hold the pipes
-                timed_out = ending = True
-            else:
-                poll = pidfd is None and not ended
-                ending = False
-                for key, _ in selector.select(min(deadline - now, _POLL_S) if poll
-                                              else deadline - now):
-                    if key.fd == stdin:
-                        pending = _feed(selector, process.stdin, pending)
-                    elif key.fd == pidfd:
-                        ending = True
-                    elif chunk := os.read(key.fd, 65536):
-                        captures[key.fd].add(chunk)
-                    else:
-                        selector.unregister(key.fd)
-                ending = not ended and (ending or (poll and _has_ended(process.pid)))
-            if ending:
-                ended = True
-                kill()  # the zombie leader keeps the group id from reuse
-                deadline = min(deadline, time.monotonic() + _DRAIN_GRACE_S)
-                for fd in (pidfd, stdin):
-                    if fd is not None and fd in selector.get_map():
-                        selector.unregister(fd)
-    for pipe in (process.stdin, process.stdout, process.stderr):
-        pipe.close()
-    if pidfd is not None:
-        os.close(pidfd)
-    return stdout, stderr, timed_out
-
-
-def _feed(selector: selectors.BaseSelector, stdin, pending: memoryview) -> memoryview:
-    """Write what the pipe takes of `pending`; close stdin once all is written (EOF)."""
-    try:
-        pending = pending[os.write(stdin.fileno(), pending[:65536]):]
-    except BlockingIOError:
-        return pending
-    except BrokenPipeError:  # the child ended before reading its code
-        pending = pending[:0]
-    if not pending:
-        selector.unregister(stdin.fileno())
-        stdin.close()
-    return pending
-
-
-def _pidfd(pid: int) -> int | None:
-    """A descriptor that becomes readable when `pid` ends (without reaping it); None where the
-    kernel lacks pidfd_open (< 5.3): then `_has_ended` is polled."""
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        return None
-
-
-def _has_ended(pid: int) -> bool:
-    """Whether the child `pid` has ended, leaving it unreaped (its id stays taken)."""
-    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
 def _kill_group(pgid: int) -> None:
