@@ -62,7 +62,7 @@ DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 
 def abi() -> int:
     """The Landlock ABI version of this kernel; 0 where it has none (< 5.13, or not enabled
-    with `lsm=...landlock`), or where a seccomp filter refuses the call."""
+    with `lsm=...landlock`), or where a seccomp filter (a container's) refuses the call."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
     except OSError:
@@ -120,9 +120,9 @@ def _for_path(rights: int, path: str) -> int:
 def describe(abi_version: int) -> str:
     """What Landlock restricts on a kernel of this ABI (for the report)."""
     if abi_version <= 0:
-        return ("this kernel has no Landlock (Linux < 5.13, or not in lsm=): without "
-                "namespaces the code may read what its user may read, /proc included, and "
-                "reach the network")
+        return ("no Landlock here (Linux < 5.13, not enabled in lsm=, or a container's "
+                "seccomp profile refuses its calls): without namespaces the code may read what "
+                "its user may read, /proc included")
     parts = ["files: read/execute only the system's paths and the Python installation, "
              "read-write only the run's directory and /dev/null and kin; no /proc, /sys, "
              "homes or project tree"]
