@@ -37,12 +37,23 @@ def init_ray() -> None:
     # checkpoints since the last one (so a resume never looks for a deleted checkpoint), and
     # warns when that is often; runs of small models checkpoint often on purpose.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    tune_log = logging.getLogger("ray.tune.execution.tune_controller")
-    if not any(isinstance(f, HideTrialTracebacks) for f in tune_log.filters):
-        tune_log.addFilter(HideTrialTracebacks())
+    # A trial runs where the command was started, not in its trial directory (Tune's default):
+    # a relative path in the config (a dataset, a model directory) means what it meant to the
+    # checks the command ran before Ray, which passed it.
+    os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")
+    for name in HideTrialTracebacks.LOGGERS:
+        tune_log = logging.getLogger(name)
+        if not any(isinstance(f, HideTrialTracebacks) for f in tune_log.filters):
+            tune_log.addFilter(HideTrialTracebacks())
     if not ray.is_initialized():
         ray.init(include_dashboard=False, log_to_driver=False,
                  num_cpus=None if os.environ.get("RAY_ADDRESS") else os.cpu_count())
+        node = ray._private.worker._global_node  # Ray's own node object: no public accessor
+        if node is not None and node.head:  # started here, not a cluster it connected to
+            from rllib_llm.cli.ray_fate import watch_driver
+
+            # A local Ray started here ends with this process, even SIGKILLed (ray_fate.py).
+            watch_driver(node.get_session_dir_path())
 
 
 def checkpoint_config(run: dict[str, Any]):
@@ -163,21 +174,27 @@ def trial_cause(error: BaseException) -> str:
     """
     while isinstance(getattr(error, "cause", None), BaseException) and error.cause is not error:
         error = error.cause
-    from ray.exceptions import RayTaskError
-
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    if isinstance(error, RayTaskError) and lines:  # no cause kept: the traceback's last line
-        return lines[-1]  # is the exception and its message
+    if any(line.startswith('File "') for line in lines):
+        # No cause kept (a RayTaskError whose exception did not pickle; an actor whose
+        # constructor raised): its text ends in the traceback, whose last line is the exception.
+        return lines[-1]
     return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
 class HideTrialTracebacks(logging.Filter):
-    """Drop Tune's "Trial task failed for trial ..." record, the trial's whole traceback on the
-    console: `report_errors` says the cause in one line, and Tune keeps the traceback in the
-    trial's error.txt."""
+    """Drop Tune's console records of a failed trial: "Trial task failed for trial ..." with the
+    trial's whole traceback, "Trials did not complete", and "Failed to fetch metrics" of a trial
+    that failed before its first result. `report_errors` says the cause in one line, and Tune
+    keeps the traceback in the trial's error.txt."""
+
+    LOGGERS = ("ray.tune.execution.tune_controller", "ray.tune.tune",
+               "ray.tune.analysis.experiment_analysis")
+    DROPPED = ("Trial task failed for trial", "Trials did not complete",
+               "Failed to fetch metrics for")
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("Trial task failed for trial")
+        return not record.getMessage().startswith(self.DROPPED)
 
 
 def trainable(run: dict[str, Any]) -> type:

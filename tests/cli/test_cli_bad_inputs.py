@@ -195,18 +195,29 @@ def test_a_failed_trial_is_reported_by_its_cause_in_one_line(tmp_path, capsys):
     trial = RayTaskError("train", "Traceback (most recent call last):\n  ...", runner)
     assert trial_cause(trial) == "ValueError: dataset file 'p.jsonl' does not exist; check the path"
     # A cause Ray could not keep: the traceback's last line names it.
-    lost = RayTaskError("train", "Traceback (most recent call last):\n  File x\nKeyError: 'k'",
-                        None)
+    lost = RayTaskError("train", 'Traceback (most recent call last):\n  File "x.py", line 1\n'
+                        "KeyError: 'k'", None)
     assert trial_cause(lost) == "KeyError: 'k'"
+    # A trial whose RLVR() raised: its actor died, the constructor's traceback in its text.
+    from ray.exceptions import ActorDiedError
+
+    died = ActorDiedError()
+    died.error_msg = ("The actor died because of an error raised in its creation task, "
+                      'ray::RLVR.__init__() (pid=1)\n  File "/x.py", line 3, in f\n    g()\n'
+                      "FileNotFoundError: dataset file 'p.jsonl' does not exist; check the path")
+    assert trial_cause(died) == \
+        "FileNotFoundError: dataset file 'p.jsonl' does not exist; check the path"
     results = [SimpleNamespace(error=trial, path=str(tmp_path / "RLVR_1")),
                SimpleNamespace(error=None, path=str(tmp_path / "RLVR_2"))]
     assert report_errors(results) == 1
     assert capsys.readouterr().out == (
         f"trial {tmp_path}/RLVR_1 failed: ValueError: dataset file 'p.jsonl' does not exist; "
         f"check the path (traceback: {tmp_path}/RLVR_1/error.txt)\n")
-    # Tune's own console record of it, the whole traceback, is dropped; others are kept.
-    record = logging.LogRecord("ray.tune", logging.ERROR, "", 0, "Trial task failed for trial "
-                               "RLVR_1", None, None)
-    assert not HideTrialTracebacks().filter(record)
-    record.msg = "Something else"
-    assert HideTrialTracebacks().filter(record)
+    # Tune's own console records of it (the whole traceback; "did not complete"; no metrics)
+    # are dropped; others are kept.
+    for message, kept in [("Trial task failed for trial RLVR_1", False),
+                          ("Trials did not complete: [RLVR_1]", False),
+                          ("Failed to fetch metrics for 1 trial(s):", False),
+                          ("Something else", True)]:
+        record = logging.LogRecord("ray.tune", logging.ERROR, "", 0, message, None, None)
+        assert HideTrialTracebacks().filter(record) is kept, message
