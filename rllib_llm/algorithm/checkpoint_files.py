@@ -43,6 +43,7 @@ CHECKPOINT_FILES = (COMPLETE_FILE, RLLIB_METADATA, "algorithm_state.pkl",
 _TEMP = re.compile(r"^\.(?P<name>.+)\.partial-(?P<pid>\d+)-[0-9a-f]+$")
 
 __all__ = ["COMPLETE_FILE", "CheckpointError", "CheckpointWriteError", "check_whole",
+           "copy_failed",
            "is_temporary", "local_path", "looks_like_checkpoint", "marked_iteration",
            "newest_whole", "recency", "temporary_beside", "torn_reason", "write_complete_file",
            "write_complete_file_at", "write_whole"]
@@ -53,7 +54,11 @@ class CheckpointError(ValueError):
 
 
 class CheckpointWriteError(OSError):
-    """A checkpoint or export that could not be written (a full disk); nothing of it was left."""
+    """A checkpoint or export that could not be written (a full disk); nothing of it was left.
+    Its `errno` is the failed write's."""
+
+    def __str__(self) -> str:  # the message alone: it quotes the OSError's own text
+        return self.strerror or super().__str__()
 
 
 # --- writing ------------------------------------------------------------------------------------
@@ -93,8 +98,7 @@ def temporary_beside(target: Path) -> Iterator[Path]:
         message = (f"could not write {str(target)!r}: {_one_line(e)}"
                    + (f" (writing {name})" if (name := _short(e.filename, tmp)) else "")
                    + f"; nothing of it was left, {str(target)!r} is as it was")
-        raise (CheckpointWriteError(message) if e.errno is None
-               else CheckpointWriteError(e.errno, message)) from None
+        raise CheckpointWriteError(e.errno, message) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -105,6 +109,18 @@ def _one_line(e: OSError) -> str:
 
 def _temporary_name(target: Path) -> Path:
     return target.parent / f".{target.name}.partial-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def copy_failed(path: str, filesystem, error: OSError) -> CheckpointWriteError:
+    """The error of a copy into `path` (on `filesystem`) that failed, once what it wrote there
+    is removed: one line naming `path`."""
+    local = local_path(path, filesystem)
+    if local is not None:
+        shutil.rmtree(local, ignore_errors=True)
+    message = (f"could not write {path!r}: {_one_line(error)}; "
+               + ("nothing of it was left" if local is not None
+                  else "what was copied of it is still there"))
+    return CheckpointWriteError(error.errno, message)
 
 
 def write_complete_file(directory: Path, training_iteration: int | None) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tempfile
 import time
 import uuid
@@ -37,7 +38,9 @@ from rllib_llm.algorithm.async_sampling import (
     staleness_metrics,
 )
 from rllib_llm.algorithm.checkpoint_files import (
+    CheckpointWriteError,
     check_whole,
+    copy_failed,
     local_path,
     write_complete_file_at,
     write_whole,
@@ -262,6 +265,29 @@ class RLVR(Algorithm):
                                             use_msgpack=use_msgpack),
                     training_iteration=iteration)
         return str(local)
+
+    def save(self, checkpoint_dir: str | None = None):
+        """Tune's `Trainable.save`: `save_checkpoint` (our `save_to_path`) into a local temporary
+        directory, then, in a Tune trial, Tune's copy of it into the run directory, file by file
+        (ray/tune/trainable/trainable.py). A copy that fails (a full disk) left itself
+        part-written and the temporary directory behind: here both are removed, and the error
+        is one line with the path (CheckpointWriteError)."""
+        storage = getattr(self, "_storage", None)  # Tune's StorageContext, inside a trial
+        own = checkpoint_dir is None and storage is not None
+        if own:  # ours, so that it goes whatever happens (Tune removes its own only on success)
+            checkpoint_dir = tempfile.mkdtemp(prefix="rllib_llm_checkpoint_")
+        try:
+            return super().save(checkpoint_dir)
+        except CheckpointWriteError:
+            raise
+        except OSError as e:
+            if storage is None:
+                raise
+            raise copy_failed(storage.checkpoint_fs_path, storage.storage_filesystem,
+                              e) from None
+        finally:
+            if own:
+                shutil.rmtree(checkpoint_dir, ignore_errors=True)
 
     def restore_from_path(self, path, *args, **kwargs) -> None:
         """RLlib's restore, after checking that the checkpoint is whole: a torn or foreign one is
