@@ -153,10 +153,10 @@ def compare_plain_decimals(answer: str, gold: str) -> bool | None:
     Plain: ASCII digits, an optional minus, thousands separators only in math-verify's grouping
     ("1,000", not "0,042" or "1,00"), an optional fraction. Equal values are correct, and unequal
     integers are wrong, exactly as math-verify decides; integers are compared at any length (as
-    digit strings), past the 4,300 digits math-verify can read. Two unequal non-integers return None,
-    because math-verify rounds to 6 decimals ("0.3333333" equals "0.333333" there) and the fast
-    path must never disagree with the slow one. Pass `normalize_answer`'s output to decide on
-    Unicode digits and scientific notation too.
+    digit strings), past the 4,300 digits math-verify can read. Two unequal non-integers return
+    None, because math-verify rounds to 6 decimals ("0.3333333" equals "0.333333" there) and the
+    fast path must never disagree with the slow one. Pass `normalize_answer`'s output to decide
+    on Unicode digits and scientific notation too.
     """
     answer, gold = answer.strip(), gold.strip()
     if _PLAIN_INTEGER.fullmatch(answer) and _PLAIN_INTEGER.fullmatch(gold):

@@ -15,10 +15,10 @@ Two steps per response:
 Fast path: when the normalised answer and ground truth are both plain decimals ("72", "-3",
 "0.5"), they are compared in process with `Decimal`, never touching the pool (about a
 microsecond instead of a pipe round trip); plain integers at any length, as digit strings (a
-correct answer of 5,000 digits scores as correct: math-verify cannot read it). It decides only where math-verify would decide the
-same: equal values, or unequal integers; unequal non-integers still go to math-verify, which
-rounds to 6 decimals. A property test holds it to that on generated answers. The built-in
-arithmetic task never starts a worker process at all.
+correct answer of 5,000 digits scores as correct: math-verify cannot read it). It decides only
+where math-verify would decide the same: equal values, or unequal integers; unequal non-integers
+still go to math-verify, which rounds to 6 decimals. A property test holds it to that on
+generated answers. The built-in arithmetic task never starts a worker process at all.
 
 Scoring: `correct_score` or `wrong_score`, plus `format_score` whenever an answer could be
 extracted (a format bonus; −1/+1 scoring is `wrong_score=-1`). A response with no answer, a

@@ -127,7 +127,7 @@ def read_run_file(path: str | Path, sets: list[str] = (), *, strict: bool = Fals
     allow_search_spaces: values may be Tune search spaces ({grid_search: [...]}, ...; sweeps).
     """
     path = Path(path)
-    data = _read_yaml(path)
+    data = read_yaml_file(path)
     if not isinstance(data, dict) or not data:
         raise ConfigFileError(f"{path}: must be a YAML mapping of sections "
                               f"({', '.join(SECTIONS)}) or a ROLL config, got {data!r:.80}")
@@ -151,7 +151,7 @@ def read_run_file(path: str | Path, sets: list[str] = (), *, strict: bool = Fals
     return run_file
 
 
-def _read_yaml(path: Path) -> Any:
+def read_yaml_file(path: Path) -> Any:
     """The file's YAML, or a ConfigFileError naming what is wrong with it as a file."""
     if path.is_dir():
         raise ConfigFileError(f"{path}: is a directory, not a config file; pass the YAML file")

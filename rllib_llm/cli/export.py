@@ -29,7 +29,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR", type=absolute_path,
                         help="a run directory (the latest checkpoint in it is exported) or a "
                              "checkpoint directory")
-    parser.add_argument("out", metavar="OUT", type=absolute_path, help="directory to write (new or empty)")
+    parser.add_argument("out", metavar="OUT", type=absolute_path,
+                        help="directory to write (new or empty)")
     parser.add_argument("--checkpoint", metavar="PATH",
                         help="the checkpoint or trial directory to export, relative to RUN_DIR "
                              "(or absolute); needed when RUN_DIR holds several trials")

@@ -27,17 +27,22 @@ def path_or_name(value: str) -> str:
 
 
 def new_run_dir_problem(run_dir: Path) -> str | None:
-    """Why `run_dir` cannot be a run's directory (`--run-dir`), else None: it is a file, a file
-    stands where one of its parents should be, or the nearest existing parent is not writable.
-    Said before Ray starts: Tune would otherwise fail on it minutes later, in a traceback."""
-    if run_dir.exists() and not run_dir.is_dir():
-        return f"{run_dir} is a file, not a directory; pick a directory (new or empty)"
-    parent = run_dir.parent
+    """Why `run_dir` cannot be a run's directory (`--run-dir`), else None. Said before Ray
+    starts: Tune would otherwise fail on it minutes later, in a traceback."""
+    return new_dir_problem(run_dir, "a directory (new or empty)")
+
+
+def new_dir_problem(path: Path, wanted: str) -> str | None:
+    """Why a directory cannot be written at `path`, else None: it is a file, a file stands where
+    one of its parents should be, or the nearest existing parent is not writable. `wanted` is
+    what to pick instead ("a directory (new or empty)")."""
+    if path.exists() and not path.is_dir():
+        return f"{path} is a file, not a directory; pick {wanted}"
+    parent = path.parent
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir():
-        return (f"{run_dir} cannot be created: {parent} is a file, not a directory; pick a "
-                "directory (new or empty)")
-    if not run_dir.exists() and not os.access(parent, os.W_OK | os.X_OK):
-        return f"{run_dir} cannot be created: {parent} is not writable; pick another directory"
+        return f"{path} cannot be created: {parent} is a file, not a directory; pick {wanted}"
+    if not path.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        return f"{path} cannot be created: {parent} is not writable; pick another directory"
     return None

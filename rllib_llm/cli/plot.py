@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rllib_llm.cli.paths import absolute_path
+from rllib_llm.cli.paths import absolute_path, new_dir_problem
 
 
 def add_parser(subparsers) -> None:
@@ -37,11 +37,17 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from rllib_llm.outputs.plots import load_runs, panels_for, plot_runs
 
+    out = args.out or args.run_dirs[0]
     try:
+        if args.out is not None and (problem := new_dir_problem(out, "a directory")):
+            raise ValueError(f"--out {problem}")
         runs = load_runs(args.run_dirs)
-        plots = plot_runs(runs, args.out or args.run_dirs[0], smoothing=args.smoothing,
+        plots = plot_runs(runs, out, smoothing=args.smoothing,
                           panels=panels_for(args.metrics.split(",") if args.metrics else None))
-    except (OSError, ValueError, ImportError) as e:
+    except (OSError, ValueError) as e:  # what was given: 2, as argparse's own usage errors
+        print(f"rllib-llm plot: error: {e}", file=sys.stderr)
+        return 2
+    except ImportError as e:  # no matplotlib: the installation, not the input
         print(f"rllib-llm plot: error: {e}", file=sys.stderr)
         return 1
     for note in plots.notes:

@@ -20,8 +20,6 @@ from typing import Any
 
 import yaml
 
-from rllib_llm.algorithm.yaml_loader import parse_yaml
-
 RUN_FILE = "rllib_llm_run.yaml"
 
 
@@ -148,12 +146,15 @@ def write_run_file(run_dir: Path, sections: dict[str, Any]) -> None:
 
 
 def read_run_file(run_dir: Path) -> dict[str, Any]:
-    """The sections a run was started with (for --resume)."""
+    """The sections a run was started with (for --resume); ConfigFileError if they cannot be
+    read (not UTF-8, not YAML: one line, as for a config file)."""
+    from rllib_llm.cli.config_file import read_yaml_file
+
     path = run_dir / RUN_FILE
     if not path.is_file():
         raise FileNotFoundError(
             f"{run_dir} is not a run directory of `rllib-llm train` ({RUN_FILE} is missing)")
-    return parse_yaml(path.read_text())
+    return read_yaml_file(path)
 
 
 def report_errors(results) -> int:

@@ -221,3 +221,23 @@ def test_a_failed_trial_is_reported_by_its_cause_in_one_line(tmp_path, capsys):
                           ("Something else", True)]:
         record = logging.LogRecord("ray.tune", logging.ERROR, "", 0, message, None, None)
         assert HideTrialTracebacks().filter(record) is kept, message
+
+
+def test_plot_out_that_is_a_file_and_bad_plot_input_exit_2(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    (tmp_path / "run").mkdir()
+    assert error_line(capsys, ["plot", str(tmp_path / "run"), "--out", str(afile)]) == (
+        f"rllib-llm plot: error: --out {afile} is a file, not a directory; pick a directory")
+    assert error_line(capsys, ["plot", str(tmp_path / "nowhere")]).startswith(
+        "rllib-llm plot: error: ")
+
+
+def test_a_run_directorys_settings_file_that_cannot_be_read(tmp_path, capsys):
+    """--resume reads the run's settings file: read as a config file is (was a traceback)."""
+    from rllib_llm.cli.tune_runs import RUN_FILE
+
+    (tmp_path / RUN_FILE).write_bytes(b"training: {lr: 1.0e-5}\n# caf\xe9\n")
+    assert error_line(capsys, ["train", "--resume", str(tmp_path)]) == (
+        f"rllib-llm train: error: {tmp_path / RUN_FILE}: not UTF-8: byte 28 (line 2) is "
+        "b'\\xe9'; save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8 in.yaml > out.yaml`)")

@@ -423,7 +423,6 @@ def test_an_integer_past_pythons_digit_limit_scores_as_math_verify_cannot():
 
 def test_an_answer_too_deep_for_math_verify_is_an_error_not_a_wrong_answer(monkeypatch):
     import math_verify
-
     from rllib_llm.envs.verify_worker import UncomparableError, math_verify_equal
 
     # (Real nesting that deep hits math-verify's own time limit first, on this machine.)

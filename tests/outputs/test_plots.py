@@ -270,7 +270,7 @@ def test_metrics_picks_panels_and_takes_any_result_key(demo_dir, tmp_path, capsy
     result = plots.plot_runs([run], tmp_path, panels=plots.panels_for(["kl", "time_total_s"]))
     assert result.panels == ["kl", "time_total_s"] and result.notes == []
     assert main(["plot", str(demo_dir), "--out", str(tmp_path), "--metrics", "entropy,kl"]) == 0
-    assert main(["plot", str(demo_dir), "--out", str(tmp_path), "--metrics", "rewards"]) == 1
+    assert main(["plot", str(demo_dir), "--out", str(tmp_path), "--metrics", "rewards"]) == 2
     assert "none of the requested metrics is in any run" in capsys.readouterr().err
 
 
@@ -287,13 +287,13 @@ def test_a_run_without_a_time_column_is_left_out_of_the_time_plot_only(tmp_path,
 
 
 def test_a_path_that_does_not_exist_is_an_error(tmp_path, capsys):
-    assert main(["plot", str(tmp_path / "nowhere")]) == 1
+    assert main(["plot", str(tmp_path / "nowhere")]) == 2
     assert f"{tmp_path / 'nowhere'}: no such file or directory" in capsys.readouterr().err
 
 
 def test_a_directory_without_a_run_is_an_error(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("not a run")
-    assert main(["plot", str(tmp_path)]) == 1
+    assert main(["plot", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert f"{tmp_path}: no run in it" in err and "progress.csv" in err
     assert "metrics.csv" in err
@@ -301,12 +301,12 @@ def test_a_directory_without_a_run_is_an_error(tmp_path, capsys):
 
 def test_a_file_is_not_a_run_directory(tmp_path, capsys):
     (tmp_path / "metrics.csv").write_text("iteration\n1\n")
-    assert main(["plot", str(tmp_path / "metrics.csv")]) == 1
+    assert main(["plot", str(tmp_path / "metrics.csv")]) == 2
     assert "not a directory" in capsys.readouterr().err
 
 
 def test_smoothing_out_of_range_is_a_cli_error(demo_dir, capsys):
-    assert main(["plot", str(demo_dir), "--smoothing", "1"]) == 1
+    assert main(["plot", str(demo_dir), "--smoothing", "1"]) == 2
     assert "smoothing=1.0: must be in [0, 1)" in capsys.readouterr().err
 
 
