@@ -7,52 +7,16 @@ history starts another sequence (`prefix_breaks`)."""
 from __future__ import annotations
 
 import pytest
-from tokenizers import Tokenizer, decoders, models
-from transformers import PreTrainedTokenizerFast
+from gateway_fakes import ScriptedEngine, bpe_chat_tokenizer
 
 openai = pytest.importorskip("openai")
 
-from rllib_llm.rollout.engine import Response  # noqa: E402
 from rllib_llm.rollout.gateway.server import Gateway  # noqa: E402
 from rllib_llm.rollout.gateway.trajectories import Call, stitch  # noqa: E402
-
-CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
-          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-
-
-def bpe_chat_tokenizer() -> PreTrainedTokenizerFast:
-    """Characters, one merge ("a" + "b" -> "ab"), ChatML's markers, a chat template."""
-    specials = ["<pad>", "<|im_end|>", "<|im_start|>"]
-    chars = [chr(c) for c in range(32, 127)] + ["\n"]
-    vocab = {t: i for i, t in enumerate([*specials, *chars, "ab"])}
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[("a", "b")]))
-    tok.decoder = decoders.Fuse()
-    out = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<|im_end|>",
-                                  additional_special_tokens=["<|im_start|>"])
-    out.chat_template = CHATML
-    return out
-
 
 TOK = bpe_chat_tokenizer()
 EOS = TOK.eos_token_id
 A, B, C = (TOK.convert_tokens_to_ids(t) for t in "abc")
-
-
-class ScriptedEngine:
-    """Answers each prompt with the next scripted (ids, log-probs), recording the prompts."""
-
-    weight_version = 7
-
-    def __init__(self, script):
-        self.script, self.prompts = list(script), []
-
-    def generate(self, prompt_ids, n, sampling):
-        out = []
-        for prompt in prompt_ids:
-            self.prompts.append(list(prompt))
-            ids, logps = self.script.pop(0)
-            out.append([Response(list(ids), list(logps), "stop") for _ in range(n)])
-        return out
 
 
 def test_the_trap_is_real():
