@@ -5,6 +5,7 @@ failure once Ray and Tune were up."""
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 import time
 from pathlib import Path
@@ -45,6 +46,10 @@ def test_a_config_file_that_is_a_directory_or_missing(tmp_path, capsys):
         "file")
     assert error_line(capsys, ["train", str(tmp_path / "no.yaml")]) == (
         f"rllib-llm train: error: {tmp_path / 'no.yaml'}: no such file")
+    os.mkfifo(tmp_path / "fifo.yaml")  # read, it would wait for a writer forever
+    assert error_line(capsys, ["train", str(tmp_path / "fifo.yaml")]) == (
+        f"rllib-llm train: error: {tmp_path / 'fifo.yaml'}: not a regular file (a FIFO or a "
+        "device); pass the YAML file")
 
 
 def test_a_yaml_syntax_error_is_one_line(tmp_path, capsys):
