@@ -94,17 +94,31 @@ def temporary_beside(target: Path) -> Iterator[Path]:
     try:
         tmp.mkdir()
         yield tmp
-    except OSError as e:
+    except Exception as e:
+        number = e.errno if isinstance(e, OSError) else _disk_full(e)
+        if number is None:
+            raise
         message = (f"could not write {str(target)!r}: {_one_line(e)}"
-                   + (f" (writing {name})" if (name := _short(e.filename, tmp)) else "")
+                   + (f" (writing {name})" if (name := _short(getattr(e, "filename", None), tmp))
+                      else "")
                    + f"; nothing of it was left, {str(target)!r} is as it was")
-        raise CheckpointWriteError(e.errno, message) from None
+        raise CheckpointWriteError(number, message) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _one_line(e: OSError) -> str:
-    return " ".join(str(e.strerror or e).split())
+def _disk_full(error: Exception) -> int | None:
+    """ENOSPC or EDQUOT when a writer that raises no OSError says it ran out of space
+    (safetensors: "I/O error: No space left on device (os error 28)"), else None."""
+    text = str(error)
+    for number in (errno.ENOSPC, errno.EDQUOT):
+        if os.strerror(number) in text:
+            return number
+    return None
+
+
+def _one_line(e: Exception) -> str:
+    return " ".join(str(getattr(e, "strerror", None) or e).split())
 
 
 def _temporary_name(target: Path) -> Path:

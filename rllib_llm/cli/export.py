@@ -43,6 +43,7 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from rllib_llm.outputs.checkpoints import (
         CheckpointError,
+        CheckpointWriteError,
         export_policy,
         find_checkpoint,
         training_iteration,
@@ -56,6 +57,9 @@ def run(args: argparse.Namespace) -> int:
     except (CheckpointError, FileNotFoundError, FileExistsError) as e:
         print(f"rllib-llm export: error: {e}", file=sys.stderr)
         return 2
+    except CheckpointWriteError as e:  # a full disk: nothing of OUT was written
+        print(f"rllib-llm export: error: {e}", file=sys.stderr)
+        return 1
     print(f"wrote {args.out}:")
     for path in files:
         print(f"  {path.relative_to(Path(args.out).expanduser())}  ({_size(path.stat().st_size)})")
