@@ -30,6 +30,8 @@ import os
 import re
 import secrets
 import shutil
+import tempfile
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -43,10 +45,10 @@ CHECKPOINT_FILES = (COMPLETE_FILE, RLLIB_METADATA, "algorithm_state.pkl",
 _TEMP = re.compile(r"^\.(?P<name>.+)\.partial-(?P<pid>\d+)-[0-9a-f]+$")
 
 __all__ = ["COMPLETE_FILE", "CheckpointError", "CheckpointWriteError", "check_whole",
-           "copy_failed",
-           "is_temporary", "local_path", "looks_like_checkpoint", "marked_iteration",
-           "newest_whole", "recency", "temporary_beside", "torn_reason", "write_complete_file",
-           "write_complete_file_at", "write_whole"]
+           "checkpoint_root", "copy_failed", "is_temporary", "local_path",
+           "looks_like_checkpoint", "marked_iteration", "newest_whole", "next_tune_copy",
+           "recency", "save_in_trial", "save_whole", "temporary_beside", "torn_reason",
+           "write_complete_file", "write_complete_file_at", "write_whole"]
 
 
 class CheckpointError(ValueError):
@@ -81,6 +83,57 @@ def write_whole(target: str | os.PathLike, write: Callable[[Path], object], *,
         write_complete_file(tmp, training_iteration)
         _move_into_place(tmp, target)
     return target
+
+
+def save_whole(save: Callable[[str, object], str], path, *, filesystem=None,
+               training_iteration: int | None = None) -> str:
+    """`save(path, filesystem)` (RLlib's `save_to_path`) through `write_whole` for a local
+    `path`; on another filesystem, where nothing is renamed into place, `COMPLETE_FILE` is still
+    written last, its file list telling a torn copy. `path` None: a new directory in the system's
+    temporary directory, as RLlib makes. Returns where it saved."""
+    if path is None:
+        path = Path(tempfile.gettempdir(), uuid.uuid4().hex)
+    local = local_path(path, filesystem)
+    if local is None:
+        import pyarrow.fs
+
+        if filesystem is None:
+            filesystem, path = pyarrow.fs.FileSystem.from_uri(os.fspath(path))
+        saved = save(path, filesystem)
+        write_complete_file_at(filesystem, saved, training_iteration)
+        return saved
+    write_whole(local, lambda tmp: save(str(tmp.absolute()), None),
+                training_iteration=training_iteration)
+    return str(local)
+
+
+def save_in_trial(save: Callable[[str | None], object], storage, checkpoint_dir: str | None):
+    """Tune's `Trainable.save` (`save`): `save_checkpoint` into a local temporary directory, then,
+    in a Tune trial (`storage`, its StorageContext; None outside Tune), Tune's copy of it into
+    the trial directory, file by file (ray/tune/trainable/trainable.py).
+
+    A copy that fails (a full disk) left itself part-written and the temporary directory behind:
+    here both are removed, and the error is one CheckpointWriteError line with the path. So is
+    what a killed run left where the copy goes (`next_tune_copy`), before it starts: no file of
+    it may mix into the new copy and pass for part of it.
+    """
+    leftover = next_tune_copy(storage) if storage is not None else None
+    if leftover is not None and leftover.exists():
+        shutil.rmtree(leftover)
+    own = checkpoint_dir is None and storage is not None
+    if own:  # ours, so that it goes whatever happens (Tune removes its own only on success)
+        checkpoint_dir = tempfile.mkdtemp(prefix="rllib_llm_checkpoint_")
+    try:
+        return save(checkpoint_dir)
+    except CheckpointWriteError:
+        raise
+    except OSError as e:
+        if storage is None:
+            raise
+        raise copy_failed(storage.checkpoint_fs_path, storage.storage_filesystem, e) from None
+    finally:
+        if own:
+            shutil.rmtree(checkpoint_dir, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -137,6 +190,15 @@ def copy_failed(path: str, filesystem, error: OSError) -> CheckpointWriteError:
     return CheckpointWriteError(error.errno, message)
 
 
+def next_tune_copy(storage) -> Path | None:
+    """The local directory Tune's next checkpoint copy of a trial goes to (None on another
+    filesystem), from its StorageContext: the index is the last one plus 1 (ray/train/_internal/
+    storage.py `_update_checkpoint_index`). After `--resume` that index is the last registered
+    checkpoint's plus 1: the name of the one a killed run may have been copying."""
+    name = f"checkpoint_{storage.current_checkpoint_index + 1:06d}"
+    return local_path(Path(storage.trial_fs_path, name).as_posix(), storage.storage_filesystem)
+
+
 def write_complete_file(directory: Path, training_iteration: int | None) -> None:
     """`COMPLETE_FILE` in `directory`: its iteration and every other file with its size."""
     files = {p.relative_to(directory).as_posix(): p.stat().st_size
@@ -163,6 +225,18 @@ def write_complete_file_at(filesystem, path: str, training_iteration: int | None
               "files": files}
     with filesystem.open_output_stream(root + COMPLETE_FILE) as f:
         f.write((json.dumps(record, indent=1) + "\n").encode())
+
+
+def checkpoint_root(path, component: str | None, filesystem=None) -> Path | None:
+    """The local checkpoint directory a restore of `path` (a `component` of it) reads; None for
+    another filesystem, or a component's directory that is not inside a checkpoint's."""
+    local = local_path(path, filesystem)
+    if local is None or not component:
+        return local
+    parts = Path(component).parts
+    if local.parts[-len(parts):] != parts:
+        return None
+    return local.parents[len(parts) - 1]
 
 
 def local_path(path, filesystem=None) -> Path | None:

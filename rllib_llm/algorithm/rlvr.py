@@ -3,15 +3,9 @@
 from __future__ import annotations
 
 import logging
-import os
-import shutil
-import tempfile
 import time
-import uuid
-from pathlib import Path
 from typing import Any
 
-import pyarrow.fs
 import ray
 from ray.exceptions import RayError
 from ray.rllib.algorithms.algorithm import Algorithm
@@ -38,12 +32,10 @@ from rllib_llm.algorithm.async_sampling import (
     staleness_metrics,
 )
 from rllib_llm.algorithm.checkpoint_files import (
-    CheckpointWriteError,
     check_whole,
-    copy_failed,
-    local_path,
-    write_complete_file_at,
-    write_whole,
+    checkpoint_root,
+    save_in_trial,
+    save_whole,
 )
 from rllib_llm.algorithm.cluster_fit import fit_check
 from rllib_llm.algorithm.collapse import CollapseWatch
@@ -61,6 +53,7 @@ from rllib_llm.algorithm.reward_workers import (
     RewardWorkers,
     merge_round_metrics,
 )
+from rllib_llm.algorithm.sample_errors import call_or_error, raise_if_failed
 from rllib_llm.algorithm.sync_sampling import sample_remote
 from rllib_llm.algorithm.weight_sync import direct_weight_sync
 from rllib_llm.exchange.devices import announce
@@ -69,18 +62,6 @@ from rllib_llm.rollout.held_out_sampling import EvalShard
 from rllib_llm.rollout.sampler_state import SAMPLER_STATE
 
 logger = logging.getLogger(__name__)
-
-
-def _checkpoint_root(path, component: str | None, filesystem) -> Path | None:
-    """The local checkpoint directory a restore of `path` (a `component` of it) reads; None for
-    another filesystem, or a component's directory that is not inside a checkpoint's."""
-    local = local_path(path, filesystem)
-    if local is None or not component:
-        return local
-    parts = Path(component).parts
-    if local.parts[-len(parts):] != parts:
-        return None
-    return local.parents[len(parts) - 1]
 
 # The settings a collapse warning names: those that size a step, and the entropy bonus.
 COLLAPSE_SETTINGS = ("lr", "grad_clip", "pg_clip", "entropy_coef", "temperature")
@@ -250,50 +231,22 @@ class RLVR(Algorithm):
         `path`, `COMPLETE_FILE` last, then renamed into place (checkpoint_files.py). Tune's
         checkpoints (`Trainable.save` -> `save_checkpoint`) are written here too. A full disk
         raises CheckpointWriteError, one line with the path, and leaves nothing behind."""
-        iteration = (state or {}).get(TRAINING_ITERATION, self.training_iteration)
-        if path is None:  # as RLlib does: a new directory in the system's temporary directory
-            path = Path(tempfile.gettempdir(), uuid.uuid4().hex)
         save = super().save_to_path
-        local = local_path(path, filesystem)
-        if local is None:  # another filesystem: nothing to rename there; the file list still is
-            if filesystem is None:
-                filesystem, path = pyarrow.fs.FileSystem.from_uri(os.fspath(path))
-            saved = save(path, state=state, filesystem=filesystem, use_msgpack=use_msgpack)
-            write_complete_file_at(filesystem, saved, iteration)
-            return saved
-        write_whole(local, lambda tmp: save(str(tmp.absolute()), state=state,
-                                            use_msgpack=use_msgpack),
-                    training_iteration=iteration)
-        return str(local)
+        return save_whole(
+            lambda to, fs: save(to, state=state, filesystem=fs, use_msgpack=use_msgpack), path,
+            filesystem=filesystem,
+            training_iteration=(state or {}).get(TRAINING_ITERATION, self.training_iteration))
 
     def save(self, checkpoint_dir: str | None = None):
-        """Tune's `Trainable.save`: `save_checkpoint` (our `save_to_path`) into a local temporary
-        directory, then, in a Tune trial, Tune's copy of it into the run directory, file by file
-        (ray/tune/trainable/trainable.py). A copy that fails (a full disk) left itself
-        part-written and the temporary directory behind: here both are removed, and the error
-        is one line with the path (CheckpointWriteError)."""
-        storage = getattr(self, "_storage", None)  # Tune's StorageContext, inside a trial
-        own = checkpoint_dir is None and storage is not None
-        if own:  # ours, so that it goes whatever happens (Tune removes its own only on success)
-            checkpoint_dir = tempfile.mkdtemp(prefix="rllib_llm_checkpoint_")
-        try:
-            return super().save(checkpoint_dir)
-        except CheckpointWriteError:
-            raise
-        except OSError as e:
-            if storage is None:
-                raise
-            raise copy_failed(storage.checkpoint_fs_path, storage.storage_filesystem,
-                              e) from None
-        finally:
-            if own:
-                shutil.rmtree(checkpoint_dir, ignore_errors=True)
+        """Tune's `Trainable.save`, whose copy of the checkpoint into a trial's directory leaves
+        nothing part-written (checkpoint_files.save_in_trial)."""
+        return save_in_trial(super().save, getattr(self, "_storage", None), checkpoint_dir)
 
     def restore_from_path(self, path, *args, **kwargs) -> None:
         """RLlib's restore, after checking that the checkpoint is whole: a torn or foreign one is
         refused with one line naming it and the newest whole one beside it (CheckpointError),
         not a pickle error. With `component`, the checkpoint is the directory `path` lies in."""
-        root = _checkpoint_root(path, kwargs.get("component"), kwargs.get("filesystem"))
+        root = checkpoint_root(path, kwargs.get("component"), kwargs.get("filesystem"))
         if root is not None:
             check_whole(root)
         super().restore_from_path(path, *args, **kwargs)
@@ -303,8 +256,8 @@ class RLVR(Algorithm):
         """RLlib's `from_checkpoint`, refusing a torn checkpoint before anything is built.
         (`Algorithm.from_checkpoint` checks only once the algorithm is built, in
         `restore_from_path`, and dies on a torn constructor file first.)"""
-        root = _checkpoint_root(getattr(path, "path", path),
-                                None, getattr(path, "filesystem", filesystem))
+        root = checkpoint_root(getattr(path, "path", path), None,
+                               getattr(path, "filesystem", filesystem))
         if root is not None:
             check_whole(root)
         return super().from_checkpoint(path, filesystem, **kwargs)
@@ -431,10 +384,13 @@ class RLVR(Algorithm):
 
         def score(runner):
             shard = ids.index(runner.worker_index)
-            return runner.evaluate(config=eval_config, shard=shard, num_shards=len(ids),
-                                   seed=shard_seed(base, shard))
+            # An error in evaluate() comes back as a value, not a 60 s restart (sample_errors.py).
+            return call_or_error(runner, "evaluate()", lambda: runner.evaluate(
+                config=eval_config, shard=shard, num_shards=len(ids), seed=shard_seed(base, shard)))
 
-        return group.foreach_env_runner(score, remote_worker_ids=ids, local_env_runner=False)
+        shards = group.foreach_env_runner(score, remote_worker_ids=ids, local_env_runner=False)
+        raise_if_failed(shards)
+        return shards
 
     def _evaluation_runners(self):
         """The group that evaluates, holding the learner's current weights, and its healthy

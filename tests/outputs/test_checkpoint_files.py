@@ -19,6 +19,7 @@ from rllib_llm.algorithm.checkpoint_files import (
     CheckpointError,
     CheckpointWriteError,
     check_whole,
+    save_in_trial,
     torn_reason,
     write_complete_file,
     write_whole,
@@ -196,3 +197,55 @@ def test_the_command_line_refuses_a_torn_checkpoint_in_one_line(run, tmp_path, c
     assert err.startswith(f"rllib-llm {command}: error: '{torn}' is not a whole checkpoint: ")
     assert err.rstrip().endswith(f"'{run / 'RLVR_x' / 'checkpoint_000002'}' (iteration 2)")
     assert not (tmp_path / "out").exists()
+
+
+class FakeStorage:
+    """What `save_in_trial` reads of Tune's StorageContext, and the index Tune advances."""
+
+    def __init__(self, trial: Path, index: int) -> None:
+        import pyarrow.fs
+
+        self.trial_fs_path, self.current_checkpoint_index = str(trial), index
+        self.storage_filesystem = pyarrow.fs.LocalFileSystem()
+
+    @property
+    def checkpoint_fs_path(self) -> str:
+        return str(Path(self.trial_fs_path, f"checkpoint_{self.current_checkpoint_index:06d}"))
+
+
+def test_tunes_copy_of_a_checkpoint_leaves_nothing_part_written(tmp_path):
+    trial = tmp_path / "RLVR_x"
+    # A killed run's copy of checkpoint_000003, where the resumed run's next copy goes.
+    (trial / "checkpoint_000003").mkdir(parents=True)
+    (trial / "checkpoint_000003" / "stale.pkl").write_bytes(b"old")
+    storage = FakeStorage(trial, index=2)
+    local_dirs = []
+
+    def tune_save(checkpoint_dir):  # Trainable.save: the local save, then Tune's copy
+        local_dirs.append(checkpoint_dir)
+        write_whole(checkpoint_dir, lambda tmp: fill(tmp, 3), training_iteration=3)
+        storage.current_checkpoint_index += 1
+        assert not Path(storage.checkpoint_fs_path).exists()  # the leftover went first
+        shutil.copytree(checkpoint_dir, storage.checkpoint_fs_path)
+        return storage.checkpoint_fs_path
+
+    assert save_in_trial(tune_save, storage, None) == str(trial / "checkpoint_000003")
+    assert torn_reason(trial / "checkpoint_000003") is None
+    assert not Path(local_dirs[0]).exists()  # the local temporary directory is gone
+
+    def full_disk_copy(checkpoint_dir):
+        local_dirs.append(checkpoint_dir)
+        storage.current_checkpoint_index += 1
+        Path(storage.checkpoint_fs_path).mkdir()
+        (Path(storage.checkpoint_fs_path) / "rllib_checkpoint.json").write_text("{")
+        raise OSError(errno.ENOSPC, "Error writing bytes to file. Detail: [errno 28] No space "
+                                    "left on device")
+
+    with pytest.raises(CheckpointWriteError) as e:
+        save_in_trial(full_disk_copy, storage, None)
+    assert str(e.value) == (f"could not write '{trial / 'checkpoint_000004'}': Error writing "
+                            "bytes to file. Detail: [errno 28] No space left on device; nothing "
+                            "of it was left")
+    assert e.value.errno == errno.ENOSPC
+    assert sorted(p.name for p in trial.iterdir()) == ["checkpoint_000003"]
+    assert not Path(local_dirs[1]).exists()
