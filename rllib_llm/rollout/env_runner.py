@@ -7,6 +7,9 @@ the environment stays the authority on rewards and termination while the per-tok
 stays small. Each response becomes one `SingleAgentEpisode` carrying the sampler's log-probs and
 the weight version that produced it.
 
+Agent envs (`env.agent_driven`, "openai_agent") run the user's agent once per episode against
+this runner's OpenAI-compatible gateway (`rollout.agent_rollouts`), which records the tokens.
+
 Multi-turn envs (`env.multi_turn`, e.g. "math_tool") go turn by turn instead
 (`rollout.turn_loop`): generate until each env needs input, step all envs at once from a
 thread pool (tool calls run concurrently), continue, with one env per running episode.
@@ -46,6 +49,7 @@ from rllib_llm.exchange.devices import (
 )
 from rllib_llm.exchange.threads import set_torch_threads
 from rllib_llm.rollout import episode_building
+from rllib_llm.rollout.agent_rollouts import make_gateway, sample_agent_episodes
 from rllib_llm.rollout.engine import SamplingParams
 from rllib_llm.rollout.engine_setup import make_engine
 from rllib_llm.rollout.env_setup import env_config_for, make_env, share_prompts
@@ -95,6 +99,7 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         self.make_module()
         self._engine = None  # built on first use: a driver-side runner may only ever evaluate
         self._episode_envs = EpisodeEnvs()  # multi-turn: one env per running episode
+        self._gateway = None  # agent envs: the OpenAI-compatible endpoint, built on first use
         self._in_flight = in_flight_for(  # partial rollouts: the groups kept between calls
             self.env, max_split=cfg.partial_rollout_max_split, env_name=cfg.env,
             response_length=cfg.response_length,
@@ -204,6 +209,8 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         n = self.config.num_return_sequences_in_group
         prompts = [self.env.reset() for _ in range(num_prompts)]  # (obs, info) per prompt
         indices = [info[PROMPT_INDEX] for _, info in prompts]
+        if getattr(self.env, "agent_driven", False):
+            return self._sample_agents([info for _, info in prompts], n)
         if getattr(self.env, "multi_turn", False):
             return self._sample_multi_turn(indices, n)
         t0 = time.perf_counter()
@@ -258,6 +265,23 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         self._log_sample_metrics(episodes,
                                  SampleTimes(t1 - t0, replay=time.perf_counter() - t1))
         log_turn_metrics(self.metrics, episodes)
+        return episodes
+
+    def _sample_agents(self, reset_infos: list[dict[str, Any]], n: int
+                       ) -> list[SingleAgentEpisode]:
+        """Episodes of an agent env: the agents run against this runner's gateway; their
+        time is generation (the model's and the agents' own work interleave)."""
+        if self._gateway is None:
+            cfg = self.config
+            self._gateway = make_gateway(self.env, self.engine, temperature=cfg.temperature,
+                                         top_p=cfg.top_p, response_length=cfg.response_length)
+        t0 = time.perf_counter()
+        episodes, counts = sample_agent_episodes(
+            self.env, self._gateway, reset_infos, n, group_ids=self._group_ids(len(reset_infos)))
+        if episodes:
+            self._log_sample_metrics(episodes, SampleTimes(time.perf_counter() - t0))
+        for name, value in counts.metrics().items():
+            self.metrics.log_value(name, value, window=1)
         return episodes
 
     def _log_sample_metrics(self, episodes, times: SampleTimes) -> None:
@@ -381,6 +405,8 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
             if env is not None:
                 env.close()
         self._episode_envs.close()
+        if self._gateway is not None:
+            self._gateway.stop()
 
     def __del__(self) -> None:
         try:

@@ -1,0 +1,184 @@
+"""`openai_agent` episodes: agents run against the gateway, their sampled tokens become episodes.
+
+Per sample call the runner hands the prompts it drew (`n` episodes each, one group per prompt);
+`sample_agent_episodes` runs the agents (`agent_runs`), scores what each returned
+(`OpenAIAgentEnv.score`) and turns each episode's calls into one `SingleAgentEpisode`:
+- the calls are stitched into sequences (`gateway.trajectories`); the episode trains the sequence
+  of its last call: actions are the model's sampled tokens with their log-probs and weight
+  versions, the tokens between calls ride in the step infos as env tokens (mask 0), the reward
+  sits on the last action. Earlier sequences of an agent that rewrote its history are not
+  trained in this version; `prefix_breaks` counts them;
+- an agent that raised, timed out, returned garbage or never called the model drops its
+  episode, and with it its prompt's group, because group baselines need whole groups (the
+  learner refuses an incomplete one). One warning per call names the first error;
+- an episode cut by a bound (calls, context tokens) ends truncated, with the bound's name in its
+  final info (`AGENT_TRUNCATED_BY`) and the agent's result scored if it returned one (else the
+  verifier's wrong score).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+
+from rllib_llm.envs.token_mdp import EMPTY_INFO, ENV_TOKENS
+from rllib_llm.exchange.columns import (
+    ACTION_LOGP,
+    GROUP_ID,
+    PROMPT_IDS,
+    PROMPT_INDEX,
+    WEIGHT_VERSION,
+)
+from rllib_llm.rollout.agent_runs import AgentRun, run_agents
+from rllib_llm.rollout.engine import SamplingParams
+from rllib_llm.rollout.gateway.episodes import EpisodeBounds
+from rllib_llm.rollout.gateway.trajectories import TokenSequence, stitch
+
+logger = logging.getLogger(__name__)
+
+AGENT_TRUNCATED_BY = "agent_truncated_by"  # final info: the bound that cut the episode, or None
+PREFIX_BREAKS = "prefix_breaks"  # final info: sequences the episode's calls split into, minus 1
+AGENT_CALLS = "agent_calls"  # final info: the model calls the episode made
+# Metrics of a sample call (fractions of its episodes; prefix breaks per kept episode).
+AGENT_ERROR_FRACTION = "agent_error_fraction"
+AGENT_TIMEOUT_FRACTION = "agent_timeout_fraction"
+AGENT_DROPPED_GROUPS = "agent_dropped_groups"
+AGENT_PREFIX_BREAKS_MEAN = "agent_prefix_breaks_mean"
+AGENT_MALFORMED_TOOL_CALLS = "agent_malformed_tool_calls"
+AGENT_CALLS_MEAN = "agent_calls_mean"
+
+
+@dataclass(frozen=True)
+class AgentCounts:
+    """What happened to a call's agent episodes, for its metrics."""
+
+    episodes: int
+    errors: int
+    timeouts: int
+    dropped_groups: int
+    prefix_breaks: int
+    malformed_tool_calls: int
+    calls: int
+
+    def metrics(self) -> dict[str, float]:
+        kept = max(self.episodes - self.errors - self.timeouts, 1)
+        return {AGENT_ERROR_FRACTION: self.errors / max(self.episodes, 1),
+                AGENT_TIMEOUT_FRACTION: self.timeouts / max(self.episodes, 1),
+                AGENT_DROPPED_GROUPS: float(self.dropped_groups),
+                AGENT_PREFIX_BREAKS_MEAN: self.prefix_breaks / kept,
+                AGENT_MALFORMED_TOOL_CALLS: float(self.malformed_tool_calls),
+                AGENT_CALLS_MEAN: self.calls / max(self.episodes, 1)}
+
+
+def make_gateway(env, engine, *, temperature: float, top_p: float, response_length: int):
+    """The runner's gateway for `env`'s agents: its engine and tokenizer, sampling at the
+    training temperature and top-p whatever a request asks (the learner scores at them)."""
+    from rllib_llm.rollout.gateway.server import Gateway
+    from rllib_llm.rollout.gateway.service import ServiceSettings
+
+    forced = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=response_length)
+    return Gateway(engine, env.tokenizer, ServiceSettings(
+        model_name=env.agent_settings.model_name, default_max_tokens=response_length,
+        forced=forced))
+
+
+def sample_agent_episodes(env, gateway, reset_infos: Sequence[Mapping[str, Any]], n: int, *,
+                          group_ids: Sequence[str]) -> tuple[list[SingleAgentEpisode],
+                                                             AgentCounts]:
+    """`n` agent episodes per prompt (`reset_infos[g]`, group `group_ids[g]`), problem-major;
+    groups with a failed episode are left out (module docstring)."""
+    settings = env.agent_settings
+    bounds = EpisodeBounds(max_calls=settings.max_calls,
+                           max_total_tokens=env.max_total_tokens,
+                           timeout_s=settings.agent_timeout_s)
+    problems = [env.problem(info) for info in reset_infos for _ in range(n)]
+    runs = run_agents(env.agent, gateway, problems, bounds,
+                      max_threads=settings.max_agent_threads)
+    outcomes = [_outcome(env, info[PROMPT_INDEX], run)
+                for info, run in zip([i for i in reset_infos for _ in range(n)], runs)]
+    failures = [o for o in outcomes if isinstance(o, str)]
+    if failures:
+        logger.warning("openai_agent: %d of %d episodes produced nothing (their groups are "
+                       "left out); the first: %s", len(failures), len(outcomes), failures[0])
+    episodes, dropped, breaks = [], 0, 0
+    for g, info in enumerate(reset_infos):
+        group = outcomes[g * n:(g + 1) * n]
+        if any(isinstance(o, str) for o in group):
+            dropped += 1
+            continue
+        for reward, final_info, run in group:
+            sequences, prefix_breaks = stitch(run.record.calls)
+            breaks += prefix_breaks
+            episodes.append(to_episode(
+                _last_sequence(sequences, run), reset_info=info, group_id=group_ids[g],
+                reward=reward, truncated=run.record.truncated_by is not None,
+                final_info={**final_info, AGENT_TRUNCATED_BY: run.record.truncated_by,
+                            PREFIX_BREAKS: prefix_breaks, AGENT_CALLS: len(run.record.calls)},
+                env=env))
+    counts = AgentCounts(
+        episodes=len(runs),
+        errors=sum(isinstance(o, str) and not r.timed_out for r, o in zip(runs, outcomes)),
+        timeouts=sum(r.timed_out for r in runs), dropped_groups=dropped, prefix_breaks=breaks,
+        malformed_tool_calls=sum(r.record.malformed_tool_calls for r in runs),
+        calls=sum(len(r.record.calls) for r in runs))
+    return episodes, counts
+
+
+def _outcome(env, prompt_index: int, run: AgentRun) -> tuple[float, dict, AgentRun] | str:
+    """(reward, final info, run) of a kept episode, or why it is dropped."""
+    if run.timed_out:
+        return f"the agent ran past agent_timeout_s={env.agent_settings.agent_timeout_s:g}"
+    if not run.record.calls:
+        return run.error or "the agent never called the model"
+    if run.error is not None:
+        if run.record.truncated_by is None:
+            return run.error
+        return env.config.wrong_score, {}, run  # a bound refused its call, and it gave up
+    try:
+        reward, final_info = env.score(prompt_index, run.result)
+    except TypeError as e:
+        return str(e)
+    return reward, final_info, run
+
+
+def _last_sequence(sequences: list[TokenSequence], run: AgentRun) -> TokenSequence:
+    """The sequence holding the episode's last call (the one that ended it)."""
+    last = run.record.calls[-1]
+    whole = [*last.prompt_ids, *last.completion_ids]
+    return next(s for s in reversed(sequences) if s.tokens() == whole)
+
+
+def to_episode(sequence: TokenSequence, *, reset_info: Mapping[str, Any], group_id: str,
+               reward: float, truncated: bool, final_info: Mapping[str, Any],
+               env) -> SingleAgentEpisode:
+    """One sequence as RLlib's episode: actions (T,) = the sampled tokens, observations (T+1,),
+    the tokens between calls as env tokens in the infos, the reward on the last action."""
+    actions = np.asarray(sequence.actions, dtype=np.int64)  # (T,)
+    infos: list[dict[str, Any]] = [EMPTY_INFO] * len(actions)
+    observations = actions.copy()
+    for i, between in sequence.env_tokens.items():
+        infos[i] = {ENV_TOKENS: list(between)}
+        observations[i] = between[-1]
+    infos[-1] = {**infos[-1], **final_info}
+    rewards = np.zeros(len(actions), dtype=np.float64)
+    rewards[-1] = reward
+    return SingleAgentEpisode(
+        observations=np.concatenate([[sequence.prompt_ids[-1]], observations]),
+        infos=[{**reset_info, PROMPT_IDS: list(sequence.prompt_ids), GROUP_ID: group_id}, *infos],
+        actions=actions,
+        rewards=rewards,
+        terminated=not truncated,
+        truncated=truncated,
+        extra_model_outputs={
+            ACTION_LOGP: np.asarray(sequence.logprobs, dtype=np.float32),
+            WEIGHT_VERSION: np.asarray(sequence.weight_versions, dtype=np.int64),
+        },
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+        len_lookback_buffer=0,
+    )
