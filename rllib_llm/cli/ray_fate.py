@@ -22,17 +22,21 @@ import sys
 import time
 
 POLL_S = 0.5
+# The watchers started: a Popen dropped while its process runs makes Python warn (ResourceWarning).
+_watchers: list[subprocess.Popen] = []
 
 
 def watch_driver(session_dir: str) -> subprocess.Popen:
     """Start the watcher of this process (the driver) and its Ray session in `session_dir`."""
     pid = os.getpid()
-    return subprocess.Popen(
+    watcher = subprocess.Popen(
         [sys.executable, os.path.abspath(__file__), str(pid), _start_time(pid), session_dir],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         # Its own session: Ctrl-C or a signal to the command's process group leaves it to clean
         # up after them; holding none of the command's pipes, it delays no reader of its output.
         start_new_session=True, close_fds=True)
+    _watchers.append(watcher)
+    return watcher
 
 
 def _start_time(pid: int) -> str:
