@@ -73,6 +73,9 @@ def test_a_checkpoint_replaces_the_one_at_its_target_and_nothing_else(tmp_path):
                        r"\(\['todo.txt'\]\); save to a new or empty directory"):
         write_whole(tmp_path / "notes", lambda tmp: fill(tmp, 4))
     assert (tmp_path / "notes" / "todo.txt").read_text() == "mine"
+    with pytest.raises(CheckpointError, match=r"^'.*todo.txt' is a file; save a checkpoint to a "
+                       "directory$"):
+        write_whole(tmp_path / "notes" / "todo.txt", lambda tmp: fill(tmp, 5))
 
 
 def test_a_failed_write_leaves_nothing_and_the_old_checkpoint_as_it_was(tmp_path):
@@ -156,6 +159,8 @@ def test_torn_and_foreign_directories_are_told_from_whole_ones(run):
     assert torn_reason(run / "missing") == "rllib_checkpoint.json is missing"
     (run / "missing" / COMPLETE_FILE).write_text('{"files": {"a": ')
     assert torn_reason(run / "missing") == f"its {COMPLETE_FILE} is unreadable"
+    (run / "missing" / COMPLETE_FILE).write_text('{"training_iteration": 2}')
+    assert torn_reason(run / "missing") == f"its {COMPLETE_FILE} lists no files"
 
 
 def test_the_newest_whole_checkpoint_is_the_one_found(run):
