@@ -14,6 +14,9 @@ Per sample call the runner hands the prompts it drew (`n` episodes each, one gro
 - an episode cut by a bound (calls, context tokens) ends truncated, with the bound's name in its
   final info (`AGENT_TRUNCATED_BY`) and the agent's result scored if it returned one (else the
   verifier's wrong score).
+
+Evaluation (`score_agents`) runs the same agent on held-out problems and counts the verifier's
+verdicts; an episode that produced nothing counts as wrong.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from rllib_llm.exchange.columns import (
     PROMPT_IDS,
     PROMPT_INDEX,
     WEIGHT_VERSION,
+    is_correct,
 )
 from rllib_llm.rollout.agent_runs import AgentRun, run_agents
 from rllib_llm.rollout.engine import SamplingParams
@@ -87,18 +91,44 @@ def make_gateway(env, engine, *, temperature: float, top_p: float, response_leng
         forced=forced))
 
 
+def episode_bounds(env) -> EpisodeBounds:
+    """The gateway's bounds of one episode of `env` (its `AgentEnvConfig`)."""
+    return EpisodeBounds(max_calls=env.agent_settings.max_calls,
+                         max_total_tokens=env.max_total_tokens,
+                         timeout_s=env.agent_settings.agent_timeout_s)
+
+
+def score_agents(env, engine, indices: Sequence[int], samples_per_problem: int,
+                 sampling: SamplingParams, num_problems: int):
+    """Held-out evaluation of an agent env: the agent solves each problem of `indices`
+    `samples_per_problem` times through a gateway sampling as `sampling` says; returns the
+    `held_out_sampling.EvalShard` of the verdicts."""
+    from rllib_llm.rollout.held_out_sampling import EvalShard
+
+    k = samples_per_problem
+    infos = [env.reset(options={PROMPT_INDEX: i})[1] for i in indices]
+    gateway = make_gateway(env, engine, temperature=sampling.temperature, top_p=sampling.top_p,
+                           response_length=sampling.max_tokens)
+    try:
+        runs = run_agents(env.agent, gateway, [env.problem(i) for i in infos for _ in range(k)],
+                          episode_bounds(env), max_threads=env.agent_settings.max_agent_threads)
+    finally:
+        gateway.stop()
+    outcomes = [_outcome(env, indices[j // k], run) for j, run in enumerate(runs)]
+    right = [not isinstance(o, str) and is_correct(o[1], o[0]) for o in outcomes]
+    correct = [sum(right[j * k:(j + 1) * k]) for j in range(len(indices))]
+    tokens = sum(len(c.completion_ids) for r in runs for c in r.record.calls)
+    return EvalShard(list(indices), correct, k, tokens, num_problems)
+
+
 def sample_agent_episodes(env, gateway, reset_infos: Sequence[Mapping[str, Any]], n: int, *,
                           group_ids: Sequence[str]) -> tuple[list[SingleAgentEpisode],
                                                              AgentCounts]:
     """`n` agent episodes per prompt (`reset_infos[g]`, group `group_ids[g]`), problem-major;
     groups with a failed episode are left out (module docstring)."""
-    settings = env.agent_settings
-    bounds = EpisodeBounds(max_calls=settings.max_calls,
-                           max_total_tokens=env.max_total_tokens,
-                           timeout_s=settings.agent_timeout_s)
     problems = [env.problem(info) for info in reset_infos for _ in range(n)]
-    runs = run_agents(env.agent, gateway, problems, bounds,
-                      max_threads=settings.max_agent_threads)
+    runs = run_agents(env.agent, gateway, problems, episode_bounds(env),
+                      max_threads=env.agent_settings.max_agent_threads)
     outcomes = [_outcome(env, info[PROMPT_INDEX], run)
                 for info, run in zip([i for i in reset_infos for _ in range(n)], runs)]
     failures = [o for o in outcomes if isinstance(o, str)]

@@ -70,8 +70,13 @@ def score_shard(env, engine, *, shard: int, num_shards: int, num_problems: int,
                 samples_per_problem: int, sampling: SamplingParams,
                 episode_envs: EpisodeEnvs) -> EvalShard:
     """Score problems `shard, shard + num_shards, ...` of the first `num_problems` of `env`,
-    single- or multi-turn (a multi-turn env's episodes run in envs `episode_envs` spawns)."""
+    single- or multi-turn (a multi-turn env's episodes run in envs `episode_envs` spawns), or
+    by its agent (`openai_agent`: `agent_rollouts.score_agents`)."""
     indices = shard_indices(num_problems, shard, num_shards)
+    if getattr(env, "agent_driven", False):  # the same agent, on held-out problems
+        from rllib_llm.rollout.agent_rollouts import score_agents
+
+        return score_agents(env, engine, indices, samples_per_problem, sampling, num_problems)
     if getattr(env, "multi_turn", False):
         return score_held_out_multi_turn(
             episode_envs.spawn(env, len(indices) * samples_per_problem), engine, indices,

@@ -249,3 +249,28 @@ def test_an_env_runner_samples_agent_episodes_and_reports_the_agents_metrics():
         assert runner.metrics.peek(AGENT_TIMEOUT_FRACTION) == 0.0
     finally:
         runner.stop()
+
+
+def test_evaluation_runs_the_agent_on_held_out_problems_and_counts_the_verdicts(engine):
+    from rllib_llm.rollout.agent_rollouts import score_agents
+    from rllib_llm.rollout.engine import SamplingParams
+
+    seen = []
+
+    def agent(client, problem):  # right on even problems, after one call; odd ones raise
+        client.chat.completions.create(model="x", max_tokens=1, messages=[
+            {"role": "user", "content": problem["prompt"]}])
+        seen.append(problem["index"])
+        if problem["index"] % 2:
+            raise ValueError("odd")
+        return problem["answer"]
+
+    env = OpenAIAgentEnv({**ENV, "agent": agent, "split": "test"})
+    try:
+        shard = score_agents(env, engine, [0, 1, 2, 3, 4], 2,
+                             SamplingParams(temperature=0, max_tokens=64), num_problems=5)
+    finally:
+        env.close()
+    assert sorted(seen) == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
+    assert shard.prompt_indices == [0, 1, 2, 3, 4] and shard.num_correct == [2, 0, 2, 0, 2]
+    assert shard.samples_per_problem == 2 and shard.response_tokens == 10
