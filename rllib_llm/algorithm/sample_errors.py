@@ -17,18 +17,23 @@ again, as before.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class SampleError:
-    """What a runner's `sample()` raised, as text (an exception need not pickle)."""
+    """What a runner's `sample()` (or `evaluate()`) raised, as text (an exception need not
+    pickle)."""
 
     runner: int
     cause: str  # "ValueError: <its first line>"
+    call: str = "sample()"
 
 
 class SampleFailedError(RuntimeError):
@@ -38,13 +43,20 @@ class SampleFailedError(RuntimeError):
 def sample_or_error(runner, num_prompts: int) -> tuple[list, dict[str, Any]] | SampleError:
     """On the runner: `(runner.sample(num_prompts=...), runner.get_metrics())`, or the
     SampleError of what they raised (logged there with its traceback)."""
+    return call_or_error(runner, "sample()",
+                         lambda: (runner.sample(num_prompts=num_prompts), runner.get_metrics()))
+
+
+def call_or_error(runner, call: str, fn: Callable[[], T]) -> T | SampleError:
+    """On the runner: `fn()`, or the SampleError of what it raised (logged there with its
+    traceback); `call` names it in the message ("evaluate()")."""
     try:
-        return runner.sample(num_prompts=num_prompts), runner.get_metrics()
+        return fn()
     except Exception as e:  # noqa: BLE001 - returned to the driver, which raises it
-        logger.exception("sample() raised on env runner %s", runner.worker_index)
+        logger.exception("%s raised on env runner %s", call, runner.worker_index)
         lines = [line for line in str(e).splitlines() if line.strip()]
         return SampleError(runner.worker_index,
-                           f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__)
+                           f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__, call)
 
 
 def raise_if_failed(outcomes: list[Any]) -> None:
@@ -54,7 +66,7 @@ def raise_if_failed(outcomes: list[Any]) -> None:
     if errors:
         first = errors[0]
         raise SampleFailedError(
-            f"env runner {first.runner}'s sample() raised {first.cause} (its traceback is in "
-            "that runner's log); an error in sample() itself, in the env, its data or its "
-            "verifier, is the same on every try, so training stops here instead of restarting "
-            "the runner")
+            f"env runner {first.runner}'s {first.call} raised {first.cause} (its traceback is "
+            f"in that runner's log); an error in {first.call} itself, in the env, its data or "
+            "its verifier, is the same on every try, so training stops here instead of "
+            "restarting the runner")

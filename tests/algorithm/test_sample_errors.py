@@ -58,6 +58,18 @@ def test_an_error_in_sample_stops_at_once_naming_the_runner_and_the_cause():
     assert group.calls == [[1, 2]] and restores == []  # not sampled again, nothing restored
 
 
+def test_an_error_in_evaluate_is_named_as_such():
+    from rllib_llm.algorithm.sample_errors import SampleError, raise_if_failed
+
+    raise_if_failed([{"shard": 0}])  # results: nothing to raise
+    with pytest.raises(SampleFailedError) as error:
+        raise_if_failed([{"shard": 0}, SampleError(3, "KeyError: 'x'", "evaluate()")])
+    assert str(error.value) == (
+        "env runner 3's evaluate() raised KeyError: 'x' (its traceback is in that runner's "
+        "log); an error in evaluate() itself, in the env, its data or its verifier, is the same "
+        "on every try, so training stops here instead of restarting the runner")
+
+
 @pytest.mark.slow  # a build with one remote runner: 15-50 s on 2 shared cores
 @pytest.mark.usefixtures("ray_session")
 def test_a_remote_runner_whose_sample_raises_stops_train_in_seconds():
@@ -78,6 +90,14 @@ def test_a_remote_runner_whose_sample_raises_stops_train_in_seconds():
         assert time.monotonic() - start < 30  # RLlib's restarts took 60 s each
         assert algo.env_runner_group.healthy_env_runner_ids() == [1]  # never restarted
         assert ray.get(algo.env_runner_group._worker_manager._actors[1].ping.remote()) == "pong"
+        # Held-out evaluation on the same runner, the same way.
+        algo.env_runner_group.foreach_env_runner(
+            lambda r: setattr(r, "evaluate", lambda **kwargs: broken(0)), local_env_runner=False)
+        start = time.monotonic()
+        with pytest.raises(SampleFailedError, match=r"^env runner 1's evaluate\(\) raised "
+                           r"ValueError: the verifier cannot read 'x' \(its traceback"):
+            algo.evaluate_accuracy(num_problems=2)
+        assert time.monotonic() - start < 30
     finally:
         algo.stop()
 
