@@ -33,11 +33,13 @@ def new_run_dir_problem(run_dir: Path) -> str | None:
 
 
 def new_dir_problem(path: Path, wanted: str) -> str | None:
-    """Why a directory cannot be written at `path`, else None: it is a file, a file stands where
-    one of its parents should be, or the nearest existing parent is not writable. `wanted` is
-    what to pick instead ("a directory (new or empty)")."""
+    """Why a directory cannot be written at `path`, else None: it is a file or not writable, a
+    file stands where one of its parents should be, or the nearest existing parent is not
+    writable. `wanted` is what to pick instead ("a directory (new or empty)")."""
     if path.exists() and not path.is_dir():
         return f"{path} is a file, not a directory; pick {wanted}"
+    if path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
+        return f"{path} is not writable; pick another directory"
     parent = path.parent
     while not parent.exists():
         parent = parent.parent

@@ -246,3 +246,15 @@ def test_a_run_directorys_settings_file_that_cannot_be_read(tmp_path, capsys):
     assert error_line(capsys, ["train", "--resume", str(tmp_path)]) == (
         f"rllib-llm train: error: {tmp_path / RUN_FILE}: not UTF-8: byte 28 (line 2) is "
         "b'\\xe9'; save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8 in.yaml > out.yaml`)")
+
+
+def test_a_run_dir_whose_parent_is_not_writable(tmp_path, monkeypatch):
+    from rllib_llm.cli import paths
+
+    # (Tests may run as root, whom no permission bit stops: the check itself is stood in for.)
+    monkeypatch.setattr(paths.os, "access", lambda path, mode: False)
+    assert paths.new_run_dir_problem(tmp_path / "new" / "run") == (
+        f"{tmp_path / 'new' / 'run'} cannot be created: {tmp_path} is not writable; pick another "
+        "directory")
+    assert paths.new_run_dir_problem(tmp_path) == (
+        f"{tmp_path} is not writable; pick another directory")
