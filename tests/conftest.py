@@ -134,3 +134,26 @@ def smollm2_checkpoint(smollm2_gguf, tmp_path_factory) -> str:
     shared = tmp_path_factory.getbasetemp().parent
     with FileLock(str(shared / "smollm2.lock")):
         return export_gguf_checkpoint(smollm2_gguf, shared / "smollm2-135m-instruct")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A factory of real small filesystems: `small_disk("1m")` mounts a tmpfs of that size in
+    tmp_path and returns its path, unmounted after the test. A full disk is tested on a real one,
+    not a stand-in write error. Mounting needs root (as the test machines and CI run); elsewhere
+    the test is skipped."""
+    mounts = []
+
+    def mount(size: str) -> Path:
+        path = tmp_path / f"small-{len(mounts)}"
+        path.mkdir()
+        made = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                              capture_output=True, text=True)
+        if made.returncode:
+            pytest.skip(f"cannot mount a small tmpfs here (it needs root): {made.stderr.strip()}")
+        mounts.append(path)
+        return path
+
+    yield mount
+    for path in mounts:
+        subprocess.run(["umount", str(path)], check=True)

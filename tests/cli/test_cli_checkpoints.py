@@ -28,25 +28,13 @@ run: {iterations: 4, checkpoint_every: 1, keep_checkpoints: 2}
 """
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A real 10 MiB filesystem (tmpfs; mounting needs root, as the test machines and CI run):
-    room for the run's logs and one checkpoint of the embedded model (6.5 MB), not two."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=10m", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if made.returncode:
-        pytest.skip(f"cannot mount a small tmpfs here: {made.stderr.strip()}")
-    yield mount
-    subprocess.run(["umount", str(mount)], check=True)
-
-
 @pytest.mark.slow
 def test_a_full_disk_ends_a_run_in_one_line_with_its_checkpoints_whole(small_disk, tmp_path):
+    # 10 MiB: room for the run's logs and one checkpoint of the embedded model (6.5 MB), not two.
+    disk = small_disk("10m")
     config = tmp_path / "run.yaml"
     config.write_text(RUN)
-    run_dir = small_disk / "run"
+    run_dir = disk / "run"
     done = subprocess.run([sys.executable, "-m", "rllib_llm.cli", "train", str(config),
                            "--run-dir", str(run_dir)], capture_output=True, text=True,
                           env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=ROOT, timeout=300)

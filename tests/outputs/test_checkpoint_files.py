@@ -96,27 +96,15 @@ def test_a_failed_write_leaves_nothing_and_the_old_checkpoint_as_it_was(tmp_path
     assert (target / POLICY).read_bytes() == bytes([1]) * 100
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A real 1 MiB filesystem (tmpfs; mounting needs root, as the test machines and CI run)."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if made.returncode:
-        pytest.skip(f"cannot mount a small tmpfs here: {made.stderr.strip()}")
-    yield mount
-    subprocess.run(["umount", str(mount)], check=True)
-
-
 def test_a_full_disk_leaves_no_partial_checkpoint(small_disk):
-    target = small_disk / "checkpoint"
+    disk = small_disk("1m")
+    target = disk / "checkpoint"
     write_whole(target, lambda tmp: fill(tmp, 1, size=400_000), training_iteration=1)
     with pytest.raises(CheckpointWriteError, match=rf"^could not write '{target}': "
                        rf"No space left on device; nothing of it was left, '{target}' is as it "
                        "was$"):
         write_whole(target, lambda tmp: fill(tmp, 2, size=800_000), training_iteration=2)
-    assert sorted(os.listdir(small_disk)) == ["checkpoint"]
+    assert sorted(os.listdir(disk)) == ["checkpoint"]
     assert torn_reason(target) is None
     assert (target / POLICY).read_bytes()[:1] == bytes([1])
 

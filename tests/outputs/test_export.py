@@ -141,22 +141,15 @@ def test_export_refuses_a_non_empty_directory_without_force(run, exported, tmp_p
     assert "is a file" in capsys.readouterr().err
 
 
-def test_an_export_to_a_full_disk_leaves_nothing_and_says_so_in_one_line(run, tmp_path, capsys):
+def test_an_export_to_a_full_disk_leaves_nothing_and_says_so_in_one_line(run, small_disk,
+                                                                          capsys):
     root, _ = run
-    small = tmp_path / "small"  # a real 1 MiB filesystem; the policy's weights are 2.1 MB
-    small.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)],
-                          capture_output=True, text=True)
-    if made.returncode:
-        pytest.skip(f"cannot mount a small tmpfs here (it needs root): {made.stderr.strip()}")
-    try:
-        assert main(["export", str(root), str(small / "out")]) == 1
-        err = capsys.readouterr().err.splitlines()[-1]
-        assert err.startswith(f"rllib-llm export: error: could not write '{small / 'out'}': ")
-        assert "No space left on device" in err and err.endswith("is as it was")
-        assert os.listdir(small) == []
-    finally:
-        subprocess.run(["umount", str(small)], check=True)
+    small = small_disk("1m")  # the policy's weights are 2.1 MB
+    assert main(["export", str(root), str(small / "out")]) == 1
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err.startswith(f"rllib-llm export: error: could not write '{small / 'out'}': ")
+    assert "No space left on device" in err and err.endswith("is as it was")
+    assert os.listdir(small) == []
 
 
 def test_a_run_directory_means_its_latest_checkpoint(run, tmp_path):
