@@ -43,10 +43,10 @@ def parts():
     model, tokenizer = load_model_and_tokenizer("embedded")
     engine = CountingEngine(TorchRolloutEngine(model, eos_token_id=tokenizer.eos_token_id,
                                                pad_token_id=tokenizer.pad_token_id))
-    # A wide window: on 2 shared cores, 8 clients' requests arrive within it.
+    # Wide windows: on 2 shared cores, 8 clients' requests arrive within them.
     with Gateway(engine, tokenizer, ServiceSettings(model_name="embedded",
                                                     default_max_tokens=6),
-                 window_s=0.05) as gateway:
+                 window_s=0.05, max_wait_s=0.2) as gateway:
         yield gateway, engine, tokenizer
 
 

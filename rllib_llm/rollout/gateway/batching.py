@@ -1,11 +1,15 @@
 """Requests of every running episode decoded together: an asyncio queue drained by one engine loop.
 
 Each request puts its prompt on the queue and awaits a future. The engine loop takes the first
-request, waits `window_s` (a few milliseconds) for others to arrive, drains the queue, and
-decodes every prompt of the same sampling settings in one `engine.generate` call, so 64 agents
-waiting on the model cost about what one batch of 64 costs. A request asking for `n` choices
-puts its prompt in the batch `n` times. The engine runs in one worker thread, so the event loop
-keeps accepting requests (they form the next batch) while a batch decodes.
+request and keeps collecting while requests keep arriving: it waits `window_s` (a few
+milliseconds), drains the queue, and waits again while the last wait brought any, up to
+`max_wait_s` in all; then it decodes every prompt of the same sampling settings in one
+`engine.generate` call, so 64 agents waiting on the model cost about what one batch of 64 costs.
+(Agents started together reach the gateway over tens of milliseconds on a loaded CPU: one fixed
+window would cut them into several small batches, each costing a whole decode.) A request
+asking for `n` choices puts its prompt in the batch `n` times. The engine runs in one worker
+thread, so the event loop keeps accepting requests (they form the next batch) while a batch
+decodes.
 
 The weight version is read in that thread right before the call: every response carries the
 version of the weights that produced it (the torch engine loads weights only between `sample()`
@@ -21,7 +25,8 @@ from dataclasses import dataclass, field
 
 from rllib_llm.rollout.engine import Response, SamplingParams
 
-DEFAULT_WINDOW_S = 0.005  # collect requests this long before decoding: ~1 ms of HTTP per request
+DEFAULT_WINDOW_S = 0.005  # collect requests until none arrived for this long (~1 ms of HTTP each)
+DEFAULT_MAX_WAIT_S = 0.05  # but decode after this long at most: a call's latency bound
 
 
 @dataclass(frozen=True)
@@ -54,12 +59,15 @@ class EngineBatcher:
 
     Args:
         engine: a `RolloutEngine` (torch or vLLM).
-        window_s: how long the loop waits after the first request for others, seconds.
+        window_s: a batch is closed once no request arrived for this long, seconds.
+        max_wait_s: ... or once this long has passed since its first request.
     """
 
-    def __init__(self, engine, *, window_s: float = DEFAULT_WINDOW_S):
+    def __init__(self, engine, *, window_s: float = DEFAULT_WINDOW_S,
+                 max_wait_s: float = DEFAULT_MAX_WAIT_S):
         self.engine = engine
         self.window_s = window_s
+        self.max_wait_s = max_wait_s
         self.stats = BatchStats()
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-engine")
@@ -72,10 +80,17 @@ class EngineBatcher:
         return await future
 
     async def engine_loop(self) -> None:
-        """Forever: wait for a request, collect for `window_s`, decode the batch."""
+        """Forever: wait for a request, collect while more arrive, decode the batch."""
+        loop = asyncio.get_running_loop()
         while True:
             batch = [await self._queue.get()]
-            await asyncio.sleep(self.window_s)
+            deadline = loop.time() + self.max_wait_s
+            while True:
+                await asyncio.sleep(min(self.window_s, max(0.0, deadline - loop.time())))
+                if self._queue.empty() or loop.time() >= deadline:
+                    break
+                while not self._queue.empty():
+                    batch.append(self._queue.get_nowait())
             while not self._queue.empty():
                 batch.append(self._queue.get_nowait())
             for sampling, pending in _by_sampling(batch):

@@ -13,7 +13,11 @@ import threading
 import time
 from dataclasses import dataclass
 
-from rllib_llm.rollout.gateway.batching import DEFAULT_WINDOW_S, EngineBatcher
+from rllib_llm.rollout.gateway.batching import (
+    DEFAULT_MAX_WAIT_S,
+    DEFAULT_WINDOW_S,
+    EngineBatcher,
+)
 from rllib_llm.rollout.gateway.episodes import EpisodeBounds, EpisodeRecord, EpisodeRegistry
 from rllib_llm.rollout.gateway.service import GatewayService, ServiceSettings
 
@@ -36,18 +40,20 @@ class Gateway:
         engine: the runner's `RolloutEngine`.
         tokenizer: the policy's tokenizer (chat template, EOS).
         settings: model name, default completion length, forced sampling (`ServiceSettings`).
-        window_s: how long requests are collected into one engine call.
+        window_s, max_wait_s: how requests are collected into one engine call: until none
+            arrived for `window_s`, at most `max_wait_s` (`batching`).
         host: the address to bind; loopback by default, so only this machine's agents reach it.
     """
 
     def __init__(self, engine, tokenizer, settings: ServiceSettings = ServiceSettings(), *,
-                 window_s: float = DEFAULT_WINDOW_S, host: str = "127.0.0.1"):
+                 window_s: float = DEFAULT_WINDOW_S, max_wait_s: float = DEFAULT_MAX_WAIT_S,
+                 host: str = "127.0.0.1"):
         import uvicorn  # the `agents` extra; imported here so the runner imports without it
 
         from rllib_llm.rollout.gateway.app import make_app
 
         self.episodes = EpisodeRegistry()
-        self.batcher = EngineBatcher(engine, window_s=window_s)
+        self.batcher = EngineBatcher(engine, window_s=window_s, max_wait_s=max_wait_s)
         self.service = GatewayService(tokenizer, self.batcher, settings)
         config = uvicorn.Config(make_app(self.service, self.episodes), host=host, port=0,
                                 log_level="warning", access_log=False, lifespan="on")
