@@ -10,7 +10,8 @@ Per sample call the runner hands the prompts it drew (`n` episodes each, one gro
   trained in this version; `prefix_breaks` counts them;
 - an agent that raised, timed out, returned garbage or never called the model drops its
   episode, and with it its prompt's group, because group baselines need whole groups (the
-  learner refuses an incomplete one). One warning per call names the first error;
+  learner refuses an incomplete one). One warning per call names the first error; a call where
+  every group failed raises (`AllAgentsFailed`), since there is nothing to train on;
 - an episode cut by a bound (calls, context tokens) ends truncated, with the bound's name in its
   final info (`AGENT_TRUNCATED_BY`) and the agent's result scored if it returned one (else the
   verifier's wrong score).
@@ -57,6 +58,10 @@ AGENT_MALFORMED_TOOL_CALLS = "agent_malformed_tool_calls"
 AGENT_CALLS_MEAN = "agent_calls_mean"
 
 
+class AllAgentsFailed(RuntimeError):
+    """Every group of a sample call lost an episode: the agent is likely broken."""
+
+
 @dataclass(frozen=True)
 class AgentCounts:
     """What happened to a call's agent episodes, for its metrics."""
@@ -68,6 +73,7 @@ class AgentCounts:
     prefix_breaks: int
     malformed_tool_calls: int
     calls: int
+    first_error: str | None = None
 
     def metrics(self) -> dict[str, float]:
         kept = max(self.episodes - self.errors - self.timeouts, 1)
@@ -155,7 +161,8 @@ def sample_agent_episodes(env, gateway, reset_infos: Sequence[Mapping[str, Any]]
         errors=sum(isinstance(o, str) and not r.timed_out for r, o in zip(runs, outcomes)),
         timeouts=sum(r.timed_out for r in runs), dropped_groups=dropped, prefix_breaks=breaks,
         malformed_tool_calls=sum(r.record.malformed_tool_calls for r in runs),
-        calls=sum(len(r.record.calls) for r in runs))
+        calls=sum(len(r.record.calls) for r in runs),
+        first_error=failures[0] if failures else None)
     return episodes, counts
 
 

@@ -49,7 +49,11 @@ from rllib_llm.exchange.devices import (
 )
 from rllib_llm.exchange.threads import set_torch_threads
 from rllib_llm.rollout import episode_building
-from rllib_llm.rollout.agent_rollouts import make_gateway, sample_agent_episodes
+from rllib_llm.rollout.agent_rollouts import (
+    AllAgentsFailed,
+    make_gateway,
+    sample_agent_episodes,
+)
 from rllib_llm.rollout.engine import SamplingParams
 from rllib_llm.rollout.engine_setup import make_engine
 from rllib_llm.rollout.env_setup import env_config_for, make_env, share_prompts
@@ -278,10 +282,14 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         t0 = time.perf_counter()
         episodes, counts = sample_agent_episodes(
             self.env, self._gateway, reset_infos, n, group_ids=self._group_ids(len(reset_infos)))
-        if episodes:
-            self._log_sample_metrics(episodes, SampleTimes(time.perf_counter() - t0))
         for name, value in counts.metrics().items():
             self.metrics.log_value(name, value, window=1)
+        if not episodes:
+            raise AllAgentsFailed(
+                f"every one of the {len(reset_infos)} prompt groups of this sample call lost an "
+                f"agent episode ({counts.errors} errors, {counts.timeouts} timeouts of "
+                f"{counts.episodes} episodes); the first: {counts.first_error}")
+        self._log_sample_metrics(episodes, SampleTimes(time.perf_counter() - t0))
         return episodes
 
     def _log_sample_metrics(self, episodes, times: SampleTimes) -> None:

@@ -274,3 +274,29 @@ def test_evaluation_runs_the_agent_on_held_out_problems_and_counts_the_verdicts(
     assert sorted(seen) == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
     assert shard.prompt_indices == [0, 1, 2, 3, 4] and shard.num_correct == [2, 0, 2, 0, 2]
     assert shard.samples_per_problem == 2 and shard.response_tokens == 10
+
+
+def test_a_runner_whose_agents_all_fail_says_so_naming_the_first_error():
+    from rllib_llm.algorithm import RLVRConfig
+    from rllib_llm.rollout.agent_rollouts import AllAgentsFailed
+    from rllib_llm.rollout.env_runner import RLVREnvRunner
+
+    config = (RLVRConfig()
+              .environment("openai_agent", env_config={
+                  "agent": "test_agent_env:broken_agent", "dataset": "arithmetic"})
+              .training(model_name_or_path="embedded_tool", rollout_batch_size=2,
+                        num_return_sequences_in_group=2, response_length=8)
+              .debugging(seed=0, log_level="ERROR"))
+    runner = RLVREnvRunner(config=config)
+    try:
+        with pytest.raises(AllAgentsFailed, match="4 errors.*KeyError: 'no_such_field'"):
+            runner.sample()
+        assert runner.metrics.peek(AGENT_ERROR_FRACTION) == 1.0
+    finally:
+        runner.stop()
+
+
+def broken_agent(client, problem):
+    client.chat.completions.create(model="x", max_tokens=1, messages=[
+        {"role": "user", "content": problem["prompt"]}])
+    return problem["no_such_field"]
