@@ -53,7 +53,11 @@ def tool_agent(client, problem):
             return message.content
         call = message.tool_calls[0]
         code = json.loads(call.function.arguments)["code"]
-        output = str(eval(code[len("print("):-1])) if code.startswith("print(") else "error"
+        try:  # (sampled at temperature 1, the code may be anything)
+            output = str(eval(code[len("print("):-1], {})) if code.startswith("print(") \
+                else "error"
+        except Exception as e:
+            output = type(e).__name__
         messages += [message.model_dump(exclude_none=True),
                      {"role": "tool", "tool_call_id": call.id, "content": output}]
     return message.content or ""

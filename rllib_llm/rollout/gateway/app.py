@@ -41,7 +41,8 @@ def make_app(service: GatewayService, episodes: EpisodeRegistry) -> FastAPI:
 
     app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
 
-    def episode(request: Request) -> EpisodeRecord:
+    # async: FastAPI runs a sync dependency in its thread pool, a thread hop per request.
+    async def episode(request: Request) -> EpisodeRecord:
         scheme, _, key = request.headers.get("authorization", "").partition(" ")
         record = episodes.get(key.strip()) if scheme.lower() == "bearer" else None
         if record is None:
@@ -49,19 +50,21 @@ def make_app(service: GatewayService, episodes: EpisodeRegistry) -> FastAPI:
                                "valid while the episode runs", code="invalid_api_key")
         return record
 
+    # Answers are JSONResponse already: a returned dict would first go through FastAPI's
+    # jsonable_encoder, a recursive walk in Python, per request.
     @app.get("/v1/models")
     async def models(record: EpisodeRecord = Depends(episode)):
-        return service.models()
+        return JSONResponse(service.models())
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatCompletionRequest, record: EpisodeRecord = Depends(episode)):
         _refuse_streaming(body.stream)
-        return await service.chat(body, record)
+        return JSONResponse(await service.chat(body, record))
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, record: EpisodeRecord = Depends(episode)):
         _refuse_streaming(body.stream)
-        return await service.completion(body, record)
+        return JSONResponse(await service.completion(body, record))
 
     @app.exception_handler(GatewayError)
     async def gateway_error(request: Request, exc: GatewayError):

@@ -23,9 +23,9 @@ from rllib_llm.rollout.gateway.service import GatewayService, ServiceSettings
 
 START_TIMEOUT_S = 30.0
 # How long uvicorn keeps an idle connection open. Its default, 5 s, is shorter than an agent's
-# wait on a tool: the server closed a pooled connection just as the agent's client reused it, and
-# the call failed with APIConnectionError (1 episode in 2,560 of the embedded agent's learning
-# run). Loopback connections cost nothing to keep.
+# wait on a tool; an embedded agent's learning run lost 1 episode in 2,560 to APIConnectionError,
+# most likely the server closing a pooled connection as the agent's client reused it. Loopback
+# connections cost nothing to keep.
 KEEP_ALIVE_S = 600
 
 
