@@ -47,3 +47,38 @@ def test_an_openai_client_agent_learns_to_call_the_sandboxed_tool():
     assert max(r["agent_error_fraction"] for r in runs) == 0.0
     assert max(r["agent_timeout_fraction"] for r in runs) == 0.0
     assert max(r["agent_prefix_breaks_mean"] for r in runs) == 0.0
+
+
+AGENT_FILE = """
+environment:
+  env: openai_agent
+  env_config: {agent: "rllib_llm.recipes.embedded_agent:solve", dataset: arithmetic,
+               dataset_kwargs: {ops: "*"}, max_calls: 2}
+training: {model_name_or_path: embedded_tool, rollout_batch_size: 8,
+           num_return_sequences_in_group: 4, response_length: 64}
+debugging: {seed: 0, log_level: ERROR}
+run: {iterations: 2, progress: false}
+"""
+
+
+@pytest.mark.slow
+def test_rllib_llm_train_runs_an_agent_named_in_a_config_file(tmp_path):
+    """`rllib-llm train` with `openai_agent` in its file: the agent is imported by name in the
+    trial's runner, and every episode of both iterations is kept."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "agent.yaml").write_text(AGENT_FILE)
+    run = subprocess.run([sys.executable, "-m", "rllib_llm.cli", "train",
+                          str(tmp_path / "agent.yaml"), "--run-dir", str(tmp_path / "run")],
+                         capture_output=True, text=True, timeout=600,
+                         cwd=Path(__file__).parents[2], env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+    (result_file,) = (tmp_path / "run").glob("RLVR*/result.json")
+    rows = [json.loads(line)["env_runners"] for line in result_file.open()]
+    assert len(rows) == 2
+    assert all(r["agent_error_fraction"] == 0 and r["agent_dropped_groups"] == 0 for r in rows)
+    assert all(r["agent_calls_mean"] >= 1 for r in rows)
