@@ -167,3 +167,26 @@ def test_concurrent_episodes_share_engine_calls_and_each_gets_its_own_answer(par
     alone = engine.engine.generate([tokenizer(p)["input_ids"] for p in PROMPTS], 1,
                                    SamplingParams(temperature=0, max_tokens=6))
     assert answers == [tokenizer.decode(g[0].token_ids, skip_special_tokens=True) for g in alone]
+
+
+def test_a_lone_episode_does_not_wait_out_the_window_and_one_among_others_does(parts):
+    """A batch holding a request per open episode is decoded at once; with another episode open
+    (maybe about to call) the request waits for the window."""
+    import time
+
+    _, engine, tokenizer = parts
+    with Gateway(engine.engine, tokenizer, ServiceSettings(default_max_tokens=2),
+                 window_s=0.5, max_wait_s=0.5) as gateway:
+        episode, client = client_of(gateway)
+        messages = [{"role": "user", "content": "1+1="}]
+        client.chat.completions.create(model="m", messages=messages)  # (warm-up)
+        start = time.perf_counter()
+        client.chat.completions.create(model="m", messages=messages)
+        alone = time.perf_counter() - start
+        other = gateway.open_episode()
+        start = time.perf_counter()
+        client.chat.completions.create(model="m", messages=messages)
+        among = time.perf_counter() - start
+        gateway.close_episode(other)
+        gateway.close_episode(episode)
+    assert alone < 0.4 <= 0.5 <= among, (alone, among)

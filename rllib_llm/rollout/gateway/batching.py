@@ -6,7 +6,9 @@ milliseconds), drains the queue, and waits again while the last wait brought any
 `max_wait_s` in all; then it decodes every prompt of the same sampling settings in one
 `engine.generate` call, so 64 agents waiting on the model cost about what one batch of 64 costs.
 (Agents started together reach the gateway over tens of milliseconds on a loaded CPU: one fixed
-window would cut them into several small batches, each costing a whole decode.) A request
+window would cut them into several small batches, each costing a whole decode.) A batch that
+holds as many requests as there are open episodes is decoded at once: nobody else can be on the
+way (a lone agent does not wait out the window). A request
 asking for `n` choices puts its prompt in the batch `n` times. The engine runs in one worker
 thread, so the event loop keeps accepting requests (they form the next batch) while a batch
 decodes.
@@ -19,7 +21,7 @@ calls of its runner, so a batch never straddles two versions).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -61,13 +63,17 @@ class EngineBatcher:
         engine: a `RolloutEngine` (torch or vLLM).
         window_s: a batch is closed once no request arrived for this long, seconds.
         max_wait_s: ... or once this long has passed since its first request.
+        open_episodes: how many episodes are open now; a batch of that many requests closes at
+            once. None: batches close on time only.
     """
 
     def __init__(self, engine, *, window_s: float = DEFAULT_WINDOW_S,
-                 max_wait_s: float = DEFAULT_MAX_WAIT_S):
+                 max_wait_s: float = DEFAULT_MAX_WAIT_S,
+                 open_episodes: Callable[[], int] | None = None):
         self.engine = engine
         self.window_s = window_s
         self.max_wait_s = max_wait_s
+        self.open_episodes = open_episodes
         self.stats = BatchStats()
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-engine")
@@ -85,7 +91,7 @@ class EngineBatcher:
         while True:
             batch = [await self._queue.get()]
             deadline = loop.time() + self.max_wait_s
-            while True:
+            while not self._everyone_waits(batch):
                 await asyncio.sleep(min(self.window_s, max(0.0, deadline - loop.time())))
                 if self._queue.empty() or loop.time() >= deadline:
                     break
@@ -95,6 +101,10 @@ class EngineBatcher:
                 batch.append(self._queue.get_nowait())
             for sampling, pending in _by_sampling(batch):
                 await self._decode(sampling, pending)
+
+    def _everyone_waits(self, batch: Sequence[_Pending]) -> bool:
+        """Whether the batch holds a request per open episode (no other can be coming)."""
+        return self.open_episodes is not None and len(batch) >= self.open_episodes()
 
     async def _decode(self, sampling: SamplingParams, pending: Sequence[_Pending]) -> None:
         prompts = [p.prompt_ids for p in pending for _ in range(p.n)]

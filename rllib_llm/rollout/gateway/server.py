@@ -58,7 +58,8 @@ class Gateway:
         from rllib_llm.rollout.gateway.app import make_app
 
         self.episodes = EpisodeRegistry()
-        self.batcher = EngineBatcher(engine, window_s=window_s, max_wait_s=max_wait_s)
+        self.batcher = EngineBatcher(engine, window_s=window_s, max_wait_s=max_wait_s,
+                                     open_episodes=self.episodes.__len__)
         self.service = GatewayService(tokenizer, self.batcher, settings)
         config = uvicorn.Config(make_app(self.service, self.episodes), host=host, port=0,
                                 log_level="warning", access_log=False, lifespan="on",
