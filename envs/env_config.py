@@ -152,3 +152,18 @@ class MathVerifyEnvConfig:
             "timeout_s": self.verify_timeout_s,
             "num_workers": self.verifier_workers,
         }
+
+
+def split_env_config(config: Mapping[str, Any] | None, settings_class: type, env_name: str
+                     ) -> tuple[dict[str, Any], Any]:
+    """An env_config dict of an env built on `MathVerifyEnv` -> (the `MathVerifyEnv` keys, the
+    env's own `settings_class` built from the rest); a key neither knows raises, listing both."""
+    config = dict(config or {})
+    own_keys = {f.name for f in fields(settings_class)}
+    problem_keys = {f.name for f in fields(MathVerifyEnvConfig)}
+    unknown = sorted(set(config) - own_keys - problem_keys)
+    if unknown:
+        raise ValueError(f"unknown {env_name} config keys {unknown}; the valid keys are "
+                         f"{sorted(problem_keys | own_keys)}")
+    settings = settings_class(**{k: v for k, v in config.items() if k in own_keys})
+    return {k: v for k, v in config.items() if k in problem_keys}, settings

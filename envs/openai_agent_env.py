@@ -22,10 +22,10 @@ from __future__ import annotations
 import importlib
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
-from rllib_llm.envs.env_config import MathVerifyEnvConfig
+from rllib_llm.envs.env_config import split_env_config
 from rllib_llm.envs.math_verify_env import MathVerifyEnv
 from rllib_llm.envs.token_mdp import VERIFIER_INFO
 from rllib_llm.envs.validation import check_int, check_positive_seconds
@@ -74,15 +74,7 @@ class AgentEnvConfig:
 def split_agent_config(config: Mapping[str, Any] | None
                        ) -> tuple[dict[str, Any], AgentEnvConfig]:
     """An env_config dict → (the `MathVerifyEnv` keys, `AgentEnvConfig`); unknown keys raise."""
-    config = dict(config or {})
-    agent_keys = {f.name for f in fields(AgentEnvConfig)}
-    problem_keys = {f.name for f in fields(MathVerifyEnvConfig)}
-    unknown = sorted(set(config) - agent_keys - problem_keys)
-    if unknown:
-        raise ValueError(f"unknown openai_agent config keys {unknown}; the valid keys are "
-                         f"{sorted(problem_keys | agent_keys)}")
-    settings = AgentEnvConfig(**{k: v for k, v in config.items() if k in agent_keys})
-    return {k: v for k, v in config.items() if k in problem_keys}, settings
+    return split_env_config(config, AgentEnvConfig, "openai_agent")
 
 
 def load_agent(agent: str | Callable[..., Any]) -> Callable[..., Any]:

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
-from rllib_llm.envs.env_config import MathVerifyEnvConfig
+from rllib_llm.envs.env_config import split_env_config
 from rllib_llm.envs.text_turn_env import TextTurnEnv
 from rllib_llm.envs.token_mdp import ANSWER, PROMPT, PROMPT_INDEX, VERIFIER_INFO
 from rllib_llm.envs.validation import check_choice, check_int, check_positive_seconds
@@ -84,15 +84,7 @@ class ToolEnvConfig:
 
 def split_config(config: Mapping[str, Any] | None) -> tuple[dict[str, Any], ToolEnvConfig]:
     """An env_config dict → (the `MathVerifyEnv` keys, `ToolEnvConfig`); unknown keys raise."""
-    config = dict(config or {})
-    tool_keys = {f.name for f in fields(ToolEnvConfig)}
-    problem_keys = {f.name for f in fields(MathVerifyEnvConfig)}
-    unknown = sorted(set(config) - tool_keys - problem_keys)
-    if unknown:
-        raise ValueError(f"unknown tool env config keys {unknown}; the valid keys are "
-                         f"{sorted(problem_keys | tool_keys)}")
-    tool = ToolEnvConfig(**{k: v for k, v in config.items() if k in tool_keys})
-    return {k: v for k, v in config.items() if k in problem_keys}, tool
+    return split_env_config(config, ToolEnvConfig, "tool env")
 
 
 class ToolEnv:
