@@ -42,7 +42,9 @@ def test_a_full_disk_ends_a_run_in_one_line_with_its_checkpoints_whole(small_dis
     assert done.returncode == 1, out[-3000:]
     assert "Traceback" not in out
     (trial,) = run_dir.glob("RLVR_*")
-    (line,) = [line for line in out.splitlines() if "could not write" in line]
+    lines = [line for line in out.splitlines() if "could not write" in line]
+    assert len(lines) == 1, out[-3000:]
+    (line,) = lines
     assert f"could not write '{trial / 'checkpoint_000001'}': " in line, line
     assert "No space left on device; nothing of it was left" in line, line
     # The first checkpoint, whole (Tune copied it, rllib_llm_complete.json with it); no other.
