@@ -166,20 +166,25 @@ def report_errors(results) -> int:
     return 1 if failed else 0
 
 
-def trial_cause(error: BaseException) -> str:
+def trial_cause(error: BaseException | str) -> str:
     """'ValueError: <its message>' of the exception that failed a trial.
 
     Tune hands back a RayTaskError (the trial actor's), whose text is the whole remote traceback,
     and an error of an env runner inside it is another; each keeps what was raised as `cause`.
-    The innermost cause's own message is the one line a user needs.
+    The innermost cause's own message is the one line a user needs. Where Tune has only the
+    text of the trial's error.txt (a `str`: "Failure # 1 (occurred at ...)", then Ray's or the
+    traceback's text), its first line after that header, or a traceback's last line.
     """
     while isinstance(getattr(error, "cause", None), BaseException) and error.cause is not error:
         error = error.cause
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    lines = [line.strip() for line in str(error).splitlines()
+             if line.strip() and not line.startswith("Failure # ")]
     if any(line.startswith('File "') for line in lines):
         # No cause kept (a RayTaskError whose exception did not pickle; an actor whose
         # constructor raised): its text ends in the traceback, whose last line is the exception.
         return lines[-1]
+    if isinstance(error, str):  # e.g. Ray's out-of-memory kill: "1 worker(s) were killed ..."
+        return lines[0] if lines else "unknown (see error.txt)"
     return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 

@@ -212,6 +212,12 @@ def test_a_failed_trial_is_reported_by_its_cause_in_one_line(tmp_path, capsys):
                       "FileNotFoundError: dataset file 'p.jsonl' does not exist; check the path")
     assert trial_cause(died) == \
         "FileNotFoundError: dataset file 'p.jsonl' does not exist; check the path"
+    # Only error.txt's text (Tune gives a str): its first line after Tune's header.
+    oom = ("Failure # 1 (occurred at 2026-11-29_01-34-21)\n1 worker(s) were killed due to the "
+           "node running low on memory.\nOOM kill reason: ...")
+    assert trial_cause(oom) == "1 worker(s) were killed due to the node running low on memory."
+    assert trial_cause("Failure # 1 (occurred at 2026-11-29_01-34-21)\nTraceback (most recent "
+                       'call last):\n  File "x.py", line 1\nKeyError: \'k\'') == "KeyError: 'k'"
     results = [SimpleNamespace(error=trial, path=str(tmp_path / "RLVR_1")),
                SimpleNamespace(error=None, path=str(tmp_path / "RLVR_2"))]
     assert report_errors(results) == 1
