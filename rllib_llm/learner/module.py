@@ -27,7 +27,6 @@ from rllib_llm.exchange.columns import (
     VALUES,
 )
 from rllib_llm.exchange.devices import mixed_precision, module_device
-from rllib_llm.exchange.precision import autocast_for_device, precision_note, warn_if_emulated
 from rllib_llm.exchange.memory_budgets import (
     AUTO,
     CPU_MICRO_BATCH_TOKENS,
@@ -36,6 +35,7 @@ from rllib_llm.exchange.memory_budgets import (
     model_shape,
     sizing_note,
 )
+from rllib_llm.exchange.precision import autocast_for_device, precision_note, warn_if_emulated
 from rllib_llm.learner import micro_batches, remove_padding
 from rllib_llm.learner.tensor_state import TensorState
 from rllib_llm.learner.token_logp import head_token_logp_and_entropy, token_logp_and_entropy

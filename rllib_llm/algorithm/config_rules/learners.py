@@ -81,8 +81,8 @@ def check_autocast(cfg) -> None:
     if cfg.autocast_dtype is None:
         refuse_changed(cfg, ("sampler_autocast",),
                        "samples under autocast_dtype, but autocast_dtype=None: there is no "
-                       "autocast to sample under. Set autocast_dtype='bfloat16' (or 'auto'), or leave it "
-                       "off.")
+                       "autocast to sample under. Set autocast_dtype='bfloat16' (or 'auto'), "
+                       "or leave it off.")
         return
     if cfg.model_dtype != "float32":
         raise ValueError(
