@@ -31,13 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
-        try:
-            module = importlib.import_module(f"rllib_llm.cli.{name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"rllib_llm.cli.{name}":
-                raise
-            continue  # not built yet
-        module.add_parser(subparsers)
+        importlib.import_module(f"rllib_llm.cli.{name}").add_parser(subparsers)
     return parser
 
 
