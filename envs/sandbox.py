@@ -648,6 +648,8 @@ def _run(source: bytes, *, interpreter: str, bwrap: str | None, processes: int |
     child = [interpreter, "-I", "-S", "-B", "-X", "utf8", "-c", _CHILD,
              *_limit_args(timeout_s, memory_mb, processes)]
     if scratch and confinement is not None:
+        if confinement.change_user:  # the code's own directory, as the user it runs as
+            os.chown(scratch, sandbox_user.UID, sandbox_user.GID)
         child += confinement.args(scratch, interpreter)
     if seccomp is not None:
         child.append(f"SECCOMP={seccomp.hex()}")
@@ -696,10 +698,9 @@ class Confinement:
     keep_read_search: bool  # ...with CAP_DAC_READ_SEARCH (the interpreter is out of its reach)
 
     def args(self, scratch: str, interpreter: str) -> list[str]:
-        """The child's arguments for a run in `scratch`, which the code's user is given."""
+        """The child's arguments for a run in `scratch` (which `_run` gives the code's user)."""
         args = []
         if self.change_user:
-            os.chown(scratch, sandbox_user.UID, sandbox_user.GID)
             args += sandbox_user.args(keep_read_search=self.keep_read_search)
         if self.landlock_abi > 0:
             ruleset = sandbox_landlock.ruleset(self.landlock_abi, read=_read_paths(interpreter),
@@ -710,10 +711,14 @@ class Confinement:
 
 def _read_paths(interpreter: str) -> tuple[str, ...]:
     """What the code may read (and execute) without namespaces: what bwrap binds read-only."""
-    prefixes = {os.path.realpath(sys.base_prefix), os.path.realpath(sys.base_exec_prefix),
-                os.path.dirname(interpreter)}
-    return (*sandbox_landlock.SYSTEM_PATHS, *(f"/etc/{name}" for name in _ETC_FILES),
+    prefixes = {*_python_prefixes(), os.path.dirname(interpreter)}
+    return ("/usr", *_SYSTEM_DIRS, *(f"/etc/{name}" for name in _ETC_FILES),
             *sorted(p for p in prefixes if p != "/"))
+
+
+def _python_prefixes() -> set[str]:
+    """Where the Python installation lives (its prefixes, symlinks resolved)."""
+    return {os.path.realpath(sys.base_prefix), os.path.realpath(sys.base_exec_prefix)}
 
 
 def _limit_args(timeout_s: float, memory_mb: int, processes: int | None) -> list[str]:
@@ -747,8 +752,7 @@ def _bwrap_args(bwrap: str, memory_mb: int, env: dict[str, str]) -> list[str]:
     for name in _ETC_FILES:
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     # The Python installation where it lives outside /usr (pyenv, conda, a /opt build).
-    for prefix in sorted({os.path.realpath(sys.base_prefix),
-                          os.path.realpath(sys.base_exec_prefix)}):
+    for prefix in sorted(_python_prefixes()):
         if prefix != "/" and not (prefix + "/").startswith("/usr/"):
             args += ["--ro-bind", prefix, prefix]
     # The sandbox's own root and bwrap's /dev are tmpfs without a size cap: both read-only once

@@ -56,7 +56,6 @@ _FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCT
 
 READ = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
 DEVICE = FS_READ_FILE | FS_WRITE_FILE | FS_TRUNCATE  # open("/dev/null", "w") truncates
-SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 
 
