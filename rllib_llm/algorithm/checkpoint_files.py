@@ -203,11 +203,9 @@ def write_complete_file(directory: Path, training_iteration: int | None) -> None
     """`COMPLETE_FILE` in `directory`: its iteration and every other file with its size."""
     files = {p.relative_to(directory).as_posix(): p.stat().st_size
              for p in sorted(directory.rglob("*")) if p.is_file() and p.name != COMPLETE_FILE}
-    record = {"written_by": "rllib_llm", "training_iteration": training_iteration,
-              "files": files}
     # Itself written beside and renamed: a half-written list must not read as a short one.
     part = directory / f".{COMPLETE_FILE}.part"
-    part.write_text(json.dumps(record, indent=1) + "\n")
+    part.write_text(_complete_record(training_iteration, files))
     os.replace(part, directory / COMPLETE_FILE)
 
 
@@ -221,10 +219,15 @@ def write_complete_file_at(filesystem, path: str, training_iteration: int | None
     files = {i.path[len(root):]: i.size for i in sorted(infos, key=lambda i: i.path)
              if i.type == pyarrow.fs.FileType.File and i.path.startswith(root)
              and not i.path.endswith("/" + COMPLETE_FILE)}
+    with filesystem.open_output_stream(root + COMPLETE_FILE) as f:
+        f.write(_complete_record(training_iteration, files).encode())
+
+
+def _complete_record(training_iteration: int | None, files: dict[str, int]) -> str:
+    """`COMPLETE_FILE`'s text: who wrote it, the iteration, each file (relative) -> its size."""
     record = {"written_by": "rllib_llm", "training_iteration": training_iteration,
               "files": files}
-    with filesystem.open_output_stream(root + COMPLETE_FILE) as f:
-        f.write((json.dumps(record, indent=1) + "\n").encode())
+    return json.dumps(record, indent=1) + "\n"
 
 
 def checkpoint_root(path, component: str | None, filesystem=None) -> Path | None:

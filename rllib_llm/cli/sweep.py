@@ -105,8 +105,8 @@ def env_points(sweep: RunFile) -> list[RunFile]:
     def swept(values: dict[str, Any], path: tuple[str, ...]):
         for name, value in values.items():
             if is_search_space(value):
-                (_, candidates), = value.items()
-                if SEARCH_SPACE_KINDS[next(iter(value))].discrete:
+                (kind, candidates), = value.items()
+                if SEARCH_SPACE_KINDS[kind].discrete:
                     yield path + (name,), list(candidates)[1:]
             elif isinstance(value, dict):
                 yield from swept(value, path + (name,))
