@@ -221,8 +221,11 @@ class RLVRConfig(AlgorithmConfig):
     flag."""
     learner_strategy: str
     """How learners hold and update the model: 'torch' (RLlib's TorchLearner; DDP with num_learners
-    >= 2) or 'deepspeed' (DeepSpeed ZeRO, the deepspeed extra; needs num_learners >= 1: each learner
-    is one ZeRO rank, gloo on CPU, NCCL on GPUs)."""
+    >= 2), 'deepspeed' (DeepSpeed ZeRO, the deepspeed extra; needs num_learners >= 1: each learner
+    is one ZeRO rank, gloo on CPU, NCCL on GPUs) or 'fsdp2' (PyTorch's fully_shard over the
+    learners: each decoder layer and the root sharded, so each of num_learners >= 1 learners holds
+    1/num_learners of the weights, gradients and Adam's state; sharded checkpoints, weight syncs
+    gathered weight_sync_bucket_bytes at a time)."""
     zero_stage: int
     """DeepSpeed's ZeRO stage with learner_strategy='deepspeed': 2 partitions Adam's state and the
     gradients across the learners (each keeps the full weights); 3 partitions the weights too (the
