@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -54,9 +55,9 @@ from rllib_llm.exchange.devices import IS_GPU, announce, is_gpu, module_device, 
 from rllib_llm.exchange.host_memory import release_freed_memory
 from rllib_llm.exchange.threads import set_torch_threads
 from rllib_llm.learner import data_parallel, micro_batches
-from rllib_llm.learner.optimizer_steps import minibatch_rows
+from rllib_llm.learner.optimizer_steps import minibatch_rows, row_groups
 from rllib_llm.learner.step_context import StepContext, positive_rows, step_context, with_context
-from rllib_llm.learner.step_metrics import StepMetrics
+from rllib_llm.learner.step_metrics import MicroBatchMetrics, over_micro_batches, over_steps
 
 # Metric names the learner logs per module (besides the pg variant's own metrics).
 PG_LOSS = "pg_loss"
@@ -172,10 +173,11 @@ class RLVRLearner(TorchLearner):
             data[ACTION_MASK].shape[0], group_size=cfg.num_return_sequences_in_group,
             mini_batch_size=cfg.mini_batch_size, num_epochs=cfg.ppo_epochs,
             generator=self._shuffle if cfg.shuffle_batch_per_epoch else None,
+            groups=row_groups(data, cfg.num_return_sequences_in_group),
         )
         results = [self._optimizer_step({k: v[rows] for k, v in data.items()},
                                         pretraining=pretraining) for rows in steps]
-        merged = StepMetrics.over_steps(results)
+        merged = over_steps(results)
         for name, value in merged.items():
             self.metrics.log_value((DEFAULT_MODULE_ID, name), value, window=1)
         self.metrics.log_value((DEFAULT_MODULE_ID, NUM_OPTIMIZER_STEPS), len(steps), window=1)
@@ -209,9 +211,9 @@ class RLVRLearner(TorchLearner):
         rank, world = data_parallel.rank_and_world()
         mine = mini
         if world > 1:  # this rank's share of the prompt groups
-            rows = data_parallel.rank_rows(torch.arange(mask.shape[0]),
-                                           group_size=cfg.num_return_sequences_in_group,
-                                           rank=rank, world=world)
+            k = cfg.num_return_sequences_in_group
+            rows = data_parallel.rank_rows(torch.arange(mask.shape[0]), group_size=k,
+                                           rank=rank, world=world, groups=row_groups(mini, k))
             mine = {k: v[rows.to(v.device)] for k, v in mini.items()}
         for optim in self._optimizer_parameters:
             optim.zero_grad(set_to_none=True)
@@ -220,18 +222,20 @@ class RLVRLearner(TorchLearner):
         micros = micro_batches.split(mine, max_tokens=module.micro_batch_tokens,
                                      max_rows=cfg.micro_batch_size,
                                      unpadded=module.remove_padding)
+        parts = []
         for i, micro in enumerate(micros):
             # DDP all-reduces the gradients once per step, in the last micro-batch's backward.
             with self._gradient_sync(last=i == len(micros) - 1):
-                fwd_out = self._forward_train(micro)
-                loss = self.compute_losses(fwd_out=fwd_out, batch={
-                    DEFAULT_MODULE_ID: with_context(micro, context)})[DEFAULT_MODULE_ID]
+                fwd_out = self._forward_train(micro)[DEFAULT_MODULE_ID]
+                loss = self.micro_batch_loss(config=cfg, batch=with_context(micro, context),
+                                             fwd_out=fwd_out)
                 # DDP averages over ranks; each rank's piece is normalised by the whole
                 # mini-batch's counts, so world * mean = the sum of the pieces.
-                self._backward(loss * world)
-            total = total + loss.detach().double()
-        context.metrics.add_sum(TOTAL_LOSS, float(total))
-        step = data_parallel.all_reduce_step_metrics(context.metrics.values())
+                self._backward(loss.total * world)
+            total = total + loss.total.detach().double()
+            parts.append(loss.metrics)
+        step = data_parallel.all_reduce_step_metrics(
+            {**over_micro_batches(parts), TOTAL_LOSS: float(total)})
         return self._apply_step(step, torch.tensor(step[TOTAL_LOSS], dtype=torch.float64),
                                 pretraining=pretraining)
 
@@ -294,20 +298,27 @@ class RLVRLearner(TorchLearner):
 
     # --- the loss of one micro-batch ------------------------------------------------------------
     def compute_loss_for_module(self, *, module_id, config, batch, fwd_out) -> torch.Tensor:
-        """The micro-batch's total loss: one sum over named terms, each times its coefficient
-        (the module docstring's formula); each term's value goes to the step's metrics."""
-        context = step_context(batch)
-        terms = self._loss_terms(config, fwd_out, batch, context)
-        for name, (_, value) in terms.items():
-            context.metrics.add_sum(name, float(value.detach()))
-        return total_loss(terms, like=fwd_out[LOGP])
+        """RLlib's loss hook: the micro-batch's total loss (`micro_batch_loss`'s `total`)."""
+        return self.micro_batch_loss(config=config, batch=batch, fwd_out=fwd_out).total
 
-    def _loss_terms(self, cfg, fwd_out, batch, context: StepContext) -> dict[str, LossTerm]:
-        """{name: (coefficient, aggregated term)} in the order they are summed (kept fixed, so
-        the sum rounds the same way in every run). Terms whose coefficient is 0 are there for
-        their metric and left out of the sum."""
-        mask, counts, metrics = batch[ACTION_MASK], context.counts, context.metrics
-        share = _token_share(mask, counts)  # this micro-batch's share of the mini-batch tokens
+    def micro_batch_loss(self, *, config, batch, fwd_out) -> MicroBatchLoss:
+        """The micro-batch's total loss, one sum over named terms, each times its coefficient
+        (the module docstring's formula), and its metrics: each term's value and the pg
+        variant's and the critic's token statistics. The step combines the metrics of its
+        micro-batches and logs them once; the loss writes nowhere."""
+        context = step_context(batch)
+        terms, token_stats = self._loss_terms(config, fwd_out, batch, context)
+        sums = {name: float(value.detach()) for name, (_, value) in terms.items()}
+        share = _token_share(batch[ACTION_MASK], context.counts)
+        return MicroBatchLoss(total=total_loss(terms, like=fwd_out[LOGP]),
+                              metrics=MicroBatchMetrics(sums, token_stats, share))
+
+    def _loss_terms(self, cfg, fwd_out, batch,
+                    context: StepContext) -> tuple[dict[str, LossTerm], dict[str, float]]:
+        """({name: (coefficient, aggregated term)} in the order they are summed (kept fixed, so
+        the sum rounds the same way in every run), the micro-batch's token statistics). Terms
+        whose coefficient is 0 are there for their metric and left out of the sum."""
+        mask, counts = batch[ACTION_MASK], context.counts
         norm_length = cfg.loss_agg_norm_length or cfg.response_length
 
         def agg(per_token: torch.Tensor, term_mask: torch.Tensor = mask,
@@ -317,28 +328,32 @@ class RLVRLearner(TorchLearner):
                                  num_seqs=counts.num_seqs)
 
         terms: dict[str, LossTerm] = {}
+        token_stats: dict[str, float] = {}
         if not context.value_pretraining:
-            terms |= self._actor_terms(cfg, fwd_out, batch, agg, context, share)
+            actor_terms, token_stats = self._actor_terms(cfg, fwd_out, batch, agg, context)
+            terms |= actor_terms
         if VALUES in fwd_out:
-            value = self._value_loss(fwd_out[VALUES], batch, agg, metrics, share)
+            value, value_stats = self._value_loss(fwd_out[VALUES], batch, agg)
             terms[VALUE_LOSS] = (1.0 if context.value_pretraining else cfg.value_loss_coef, value)
-        return terms
+            token_stats = {**token_stats, **value_stats}
+        return terms, token_stats
 
-    def _value_loss(self, values, batch, agg, metrics: StepMetrics, share: float):
-        """The critic's loss on this micro-batch: agg(½·max((V − R)², (V_clip − R)²))."""
+    def _value_loss(self, values, batch, agg) -> tuple[torch.Tensor, dict[str, float]]:
+        """The critic's loss on this micro-batch, agg(½·max((V − R)², (V_clip − R)²)), and its
+        clip fraction where values are clipped."""
         cfg, mask = self.config, batch[ACTION_MASK]
         old, targets = batch[VALUES], batch[VALUE_TARGETS]
         loss = agg(core.value_loss_per_token(values, old, targets, mask,
                                              value_clip=cfg.value_clip))
-        if cfg.value_clip is not None:
-            clipfrac = core.value_clipfrac(values, old, targets, mask, value_clip=cfg.value_clip)
-            metrics.add_token_stat(VALUE_CLIPFRAC, float(clipfrac), share)
-        return loss
+        if cfg.value_clip is None:
+            return loss, {}
+        clipfrac = core.value_clipfrac(values, old, targets, mask, value_clip=cfg.value_clip)
+        return loss, {VALUE_CLIPFRAC: float(clipfrac)}
 
-    def _actor_terms(self, cfg, fwd_out, batch, agg, context: StepContext,
-                     share: float) -> dict[str, LossTerm]:
-        """The actor's terms on this micro-batch (the formula in the module docstring); the pg
-        variant's own statistics go to the step's metrics."""
+    def _actor_terms(self, cfg, fwd_out, batch, agg,
+                     context: StepContext) -> tuple[dict[str, LossTerm], dict[str, float]]:
+        """The actor's terms on this micro-batch (the formula in the module docstring) and the
+        pg variant's own statistics (with the rollout correction's)."""
         logp, mask = fwd_out[LOGP], batch[ACTION_MASK]  # (B, T) each
         positive = positive_rows(batch)  # (B,)
         # A variant that splits by correctness gets the correct flag as its scores
@@ -357,8 +372,7 @@ class RLVRLearner(TorchLearner):
             )
             pg_tok = pg_tok * is_weights
             pg_metrics = {**pg_metrics, **is_metrics}
-        for name, value in pg_metrics.items():
-            context.metrics.add_token_stat(name, float(value), share)
+        token_stats = {name: float(value) for name, value in pg_metrics.items()}
         terms = {PG_LOSS: (cfg.rl_loss_coef, agg(pg_tok))}
         if cfg.use_kl_loss:
             kl = core.kl_estimate(logp, batch[REF_LOGP], cfg.kl_loss_kind)
@@ -374,7 +388,7 @@ class RLVRLearner(TorchLearner):
                                     agg(pos_tok, pos_mask, context.positive_tokens))
             terms[TOPR_NEG_LOSS] = (cfg.use_topr_neg_loss_coef,
                                     agg(neg_tok, neg_mask, context.negative_tokens))
-        return terms
+        return terms, token_stats
 
     def _log_critic_batch_metrics(self, data: dict[str, torch.Tensor]) -> None:
         """How well the rollout-time values V_old predict this iteration's targets."""
@@ -458,6 +472,14 @@ class RLVRLearner(TorchLearner):
 
 
 LossTerm = tuple[float, torch.Tensor]  # (coefficient, aggregated term)
+
+
+@dataclass(frozen=True)
+class MicroBatchLoss:
+    """What one micro-batch's loss returns: the tensor backward runs on, and its metrics."""
+
+    total: torch.Tensor  # () sum(coefficient * term), on the graph
+    metrics: MicroBatchMetrics
 
 
 def total_loss(terms: dict[str, LossTerm], *, like: torch.Tensor) -> torch.Tensor:

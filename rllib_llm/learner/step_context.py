@@ -1,12 +1,15 @@
 """What one optimizer step hands the loss of each of its micro-batches.
 
 The loss terms of a micro-batch are normalised by the whole mini-batch's counts (so that the
-micro-batch budget changes memory and nothing else), the step's metrics add up over its
-micro-batches, and during value pretraining the loss is the critic's alone. All three belong to
-the step, not to the learner: the step builds one `StepContext` and it travels in every
-micro-batch under `STEP_CONTEXT`, as TRL hands `num_items_in_batch` to its loss with the inputs.
+micro-batch budget changes memory and nothing else), and during value pretraining the loss is
+the critic's alone. Both belong to the step, not to the learner: the step builds one
+`StepContext` and it travels in every micro-batch under `STEP_CONTEXT`, as TRL hands
+`num_items_in_batch` to its loss with the inputs.
 A loss given a micro-batch without one raises instead of falling back to the micro-batch's own
 counts, which would silently make the update depend on the budget.
+
+The context only goes in: each micro-batch's loss returns its metrics
+(`learner.MicroBatchLoss`), and the step combines and logs them.
 """
 
 from __future__ import annotations
@@ -18,39 +21,35 @@ import torch
 
 from rllib_llm import core
 from rllib_llm.exchange.columns import ACTION_MASK, CORRECT, SCORES
-from rllib_llm.learner.step_metrics import StepMetrics
 
 STEP_CONTEXT = "step_context"  # the micro-batch key that holds the step's StepContext
 
 
 @dataclass(frozen=True)
 class StepContext:
-    """The whole mini-batch's normalisers, the step's metric sink, and the step's kind.
+    """The whole mini-batch's normalisers and the step's kind.
 
     Attributes:
         counts: mask tokens and sequences of the whole mini-batch (every data-parallel rank's).
         positive_tokens: () mask tokens of positive responses (`positive`), the normaliser of
             the positive-only terms (positive NLL, ROLL's positive loss).
         negative_tokens: () mask tokens of the other responses (ROLL's TOPR negative loss).
-        metrics: the step's metrics; each micro-batch's loss adds its share.
         value_pretraining: the critic trains alone this step (the loss is its loss only).
     """
 
     counts: core.AggCounts
     positive_tokens: torch.Tensor
     negative_tokens: torch.Tensor
-    metrics: StepMetrics
     value_pretraining: bool = False
 
     @classmethod
-    def of(cls, mini_batch: dict[str, torch.Tensor], *, value_pretraining: bool = False,
-           metrics: StepMetrics | None = None) -> StepContext:
+    def of(cls, mini_batch: dict[str, torch.Tensor], *,
+           value_pretraining: bool = False) -> StepContext:
         """The context of one step on `mini_batch` (before it is split or shared out)."""
         mask = mini_batch[ACTION_MASK]
         positive = positive_rows(mini_batch)[:, None]  # (B, 1)
         return cls(counts=core.agg_counts(mask), positive_tokens=(mask * positive).sum(),
                    negative_tokens=(mask * (1 - positive)).sum(),
-                   metrics=StepMetrics() if metrics is None else metrics,
                    value_pretraining=value_pretraining)
 
 

@@ -13,6 +13,8 @@ import torch
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.utils.metrics import LEARNER_RESULTS
 
+from rllib_llm.learner.learner import MicroBatchLoss
+from rllib_llm.learner.step_metrics import MicroBatchMetrics
 from rllib_llm.recipes.embedded import embedded_config
 
 pytestmark = [
@@ -189,8 +191,8 @@ def test_a_non_finite_step_is_skipped_counted_and_then_stops_training():
         before = weights(algo)
         # Every learner's loss becomes NaN (its gradients too).
         algo.learner_group.foreach_learner(lambda learner: setattr(
-            learner, "compute_loss_for_module",
-            lambda *, fwd_out, **kwargs: fwd_out["logp"].sum() * float("nan")))
+            learner, "micro_batch_loss", lambda *, fwd_out, **kwargs: MicroBatchLoss(
+                total=fwd_out["logp"].sum() * float("nan"), metrics=MicroBatchMetrics())))
         results = algo.update_learners(episodes)
         assert all(torch.equal(v, before[k]) for k, v in weights(algo).items())  # nothing moved
         algo.metrics.aggregate(results, key=LEARNER_RESULTS)

@@ -4,6 +4,7 @@ and the total loss is one sum over a table of named terms."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 import textwrap
 
@@ -13,6 +14,7 @@ import torch
 from rllib_llm import core
 from rllib_llm.learner.learner import RLVRLearner, total_loss
 from rllib_llm.learner.step_context import STEP_CONTEXT, StepContext, step_context, with_context
+from rllib_llm.learner.step_metrics import MicroBatchMetrics, over_micro_batches
 
 
 def test_the_context_holds_the_whole_mini_batchs_counts():
@@ -21,7 +23,10 @@ def test_the_context_holds_the_whole_mini_batchs_counts():
     context = StepContext.of(mini, value_pretraining=True)
     assert (float(context.counts.num_tokens), float(context.counts.num_seqs)) == (3.0, 2.0)
     assert (float(context.positive_tokens), float(context.negative_tokens)) == (2.0, 1.0)
-    assert context.value_pretraining and context.metrics.values() == {}
+    assert context.value_pretraining
+    # Only normalisers go in: the metrics come back from each loss (MicroBatchLoss).
+    assert {f.name for f in dataclasses.fields(context)} == {
+        "counts", "positive_tokens", "negative_tokens", "value_pretraining"}
     micro = with_context({"action_mask": mini["action_mask"][:1]}, context)
     assert step_context(micro) is context and STEP_CONTEXT not in mini  # the input is left as is
 
@@ -45,6 +50,14 @@ def test_the_total_is_the_sum_of_coefficient_times_term_without_the_zero_ones():
     assert float(zero) == 0.0 and zero.requires_grad
 
 
+def test_a_steps_metrics_are_its_micro_batches_combined():
+    """Terms add up, token means weigh by each micro-batch's share, `*_max` / `*_min` take the
+    extreme: the values the whole mini-batch would report."""
+    parts = [MicroBatchMetrics({"pg_loss": 0.25}, {"clipfrac": 0.5, "ratio_max": 1.5}, 0.75),
+             MicroBatchMetrics({"pg_loss": 0.5}, {"clipfrac": 1.0, "ratio_max": 1.25}, 0.25)]
+    assert over_micro_batches(parts) == {"pg_loss": 0.75, "clipfrac": 0.625, "ratio_max": 1.5}
+
+
 # Written to self by an update and kept across steps: each is in the learner's checkpoint.
 CHECKPOINTED_COUNTERS = {"_nonfinite_in_a_row", "_nonfinite_total", "_value_pretrain_done"}
 # Methods that set the learner up or restore it (not part of an update's flow).
@@ -53,7 +66,8 @@ SET_UP = {"build", "set_state", "open_weight_broadcast"}
 
 def test_no_learner_method_hands_state_to_another_through_self():
     """An update's methods write to `self` only the checkpointed counters; everything a step's
-    losses need (counts, metrics, value pretraining) is passed to them."""
+    losses need (counts, value pretraining) is passed to them, and what they compute (the
+    total, the metrics) is returned."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(RLVRLearner)))
     written = {}
     for method in (n for n in tree.body[0].body if isinstance(n, ast.FunctionDef)):
