@@ -11,11 +11,15 @@ The learner trusts three things about a `Response`, so every engine must honour 
   Lists carry no padding.
 - `weight_version` is the version passed to the last `load_weights` (0 before any), so episodes
   can record which policy produced them.
+- `top_logprobs[t]`, only when `SamplingParams.top_logprobs` = k > 0 asks for them: the k most
+  likely tokens of the same distribution as `logprobs[t]` (the temperature-scaled one before
+  top-p; temperature 1 when greedy), as `(token id, log-prob)`, most likely first. They cost a
+  top-k over the vocabulary per token, so engines compute them only when asked.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 import torch
@@ -37,6 +41,8 @@ class SamplingParams:
             samples. None draws from torch's global generator.
         stop_sequences: token id sequences that also end a response, right after their last
             token (kept); each non-empty. Default none.
+        top_logprobs: k >= 0, how many of each position's most likely tokens `Response`
+            reports with their log-probs (OpenAI's `top_logprobs`); 0 (the default) none.
     """
 
     temperature: float = 1.0
@@ -44,6 +50,7 @@ class SamplingParams:
     max_tokens: int = 16
     seed: int | None = None
     stop_sequences: tuple[tuple[int, ...], ...] = ()
+    top_logprobs: int = 0
 
     def __post_init__(self) -> None:
         if not self.temperature >= 0:  # `not >=` also rejects NaN
@@ -66,6 +73,11 @@ class SamplingParams:
                 f"SamplingParams.stop_sequences={self.stop_sequences!r} holds an empty sequence; "
                 "each stop sequence needs at least one token id"
             )
+        if isinstance(self.top_logprobs, bool) or not isinstance(self.top_logprobs, int) or (
+            self.top_logprobs < 0
+        ):
+            raise ValueError(f"SamplingParams.top_logprobs={self.top_logprobs!r} must be an int "
+                             ">= 0 (0: only the sampled token's log-prob)")
 
     @property
     def greedy(self) -> bool:
@@ -77,11 +89,14 @@ class Response:
     """One sampled response: its tokens, their behaviour log-probs, and why it ended.
 
     `len(token_ids) == len(logprobs)`; with `finish_reason == "stop"` the last token is EOS.
+    `top_logprobs` is empty unless `SamplingParams.top_logprobs` asked for them; then it holds,
+    per token, that many `(token id, log-prob)` pairs, most likely first (module docstring).
     """
 
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: FinishReason
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
 
 
 @runtime_checkable

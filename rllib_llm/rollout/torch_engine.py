@@ -258,10 +258,16 @@ class TorchRolloutEngine:
         tokens = torch.empty(B, T_max, dtype=torch.long, device=self.device)
         logps = torch.empty(B, T_max, dtype=torch.float32, device=self.device)
         done = torch.zeros(B, dtype=torch.bool, device=self.device)
+        # Only when asked: (B, T_max, k) ids and log-probs of each step's k most likely tokens.
+        k = min(sampling.top_logprobs, logits.shape[-1])
+        top = (torch.empty(B, T_max, k, dtype=torch.long, device=self.device),
+               torch.empty(B, T_max, k, dtype=torch.float32, device=self.device)) if k else None
         stops = [torch.tensor(seq, device=self.device) for seq in sampling.stop_sequences]
         step = self._decode_step(cache, attention_mask[:, :L], L + T_max)
         for t in range(T_max):
             tokens[:, t], logps[:, t] = sample_next_token(logits, sampling, generator)
+            if top is not None:
+                top[0][:, t], top[1][:, t] = top_k_logprobs(logits, sampling, k)
             done |= torch.isin(tokens[:, t], self._eos)
             for seq in stops:  # (L,): rows whose last L tokens are this sequence are done
                 if t + 1 >= len(seq):
@@ -284,8 +290,15 @@ class TorchRolloutEngine:
                     use_cache=True,
                 ).logits[:, -1]  # (B, V)
             next_pos = next_pos + 1
-        return _to_responses(tokens[:, : t + 1], logps[:, : t + 1], self.eos_token_ids,
-                             sampling.stop_sequences)
+        responses = _to_responses(tokens[:, : t + 1], logps[:, : t + 1], self.eos_token_ids,
+                                  sampling.stop_sequences)
+        if top is not None:
+            for response, ids, values in zip(responses, top[0].tolist(), top[1].tolist(),
+                                             strict=True):
+                n = len(response.token_ids)  # the row's tokens up to its end
+                response.top_logprobs = [list(zip(i, v, strict=True)) for i, v in
+                                         zip(ids[:n], values[:n], strict=True)]
+        return responses
 
     def _decode_step(self, cache, prompt_mask: torch.Tensor, max_len: int) -> StaticDecode | None:
         """The fixed-shape step of `decode_step` 'static' or 'cuda_graph'; None: the eager loop.
@@ -466,6 +479,21 @@ def sample_next_token(
             probs = top_p_filter(probs, sampling.top_p)
         token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
     return token, x.gather(-1, token[:, None]).squeeze(-1) - torch.logsumexp(x, dim=-1)
+
+
+def top_k_logprobs(
+    logits: torch.Tensor, sampling: SamplingParams, k: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The `k` most likely tokens of each row of `logits` `(B, V)` and their log-probs, both
+    `(B, k)`, most likely first: of the distribution `sample_next_token` reports the sampled
+    token's log-prob from (logits / temperature before top-p; temperature 1 when greedy),
+    computed with the same operations, so a sampled token found here has bit-equal log-probs.
+    """
+    x = logits.float()
+    if not sampling.greedy:
+        x = x / sampling.temperature  # (B, V)
+    values, ids = x.topk(k, dim=-1)  # (B, k), sorted
+    return ids, values - torch.logsumexp(x, dim=-1, keepdim=True)
 
 
 def top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:

@@ -12,6 +12,8 @@ Three choices make vLLM honour the `Response` contract of `engine.py`:
   Face forward 5e-7 at temperatures 0.7, 1.0, 1.5 and greedy). With `top_p < 1` vLLM
   renormalises over the nucleus: each reported log-prob exceeds the contract's by
   `-log(nucleus mass)`; the learner then recomputes `old_logp` itself (`recompute_old_logp`).
+  Top-k log-probs (`SamplingParams.top_logprobs`) come from the same processed distribution
+  (vLLM's `logprobs=k`); with `top_p < 1` the tokens outside the nucleus have -inf.
 - **Stopping.** The engine runs without a tokenizer (`skip_tokenizer_init=True`: prompts arrive
   as token ids, responses leave as token ids, and char-level or custom tokenizers need no vLLM
   support), and the env's EOS ids are passed as `stop_token_ids`, which vLLM keeps as the last
@@ -158,6 +160,12 @@ class VLLMRolloutEngine:
     def weight_version(self) -> int:
         return self._weight_version
 
+    @property
+    def max_model_len(self) -> int:
+        """Most tokens of a prompt + response (vLLM's `max_model_len`): vLLM refuses a longer
+        prompt, failing its whole `generate` call, and cuts a response at it ("length")."""
+        return self.llm.model_config.max_model_len
+
     def generate(
         self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams
     ) -> list[list[Response]]:
@@ -183,11 +191,11 @@ class VLLMRolloutEngine:
             self._sleep()
         groups = []
         for out in outputs:  # in prompt order
-            responses = [self._to_response(c, sampling.stop_sequences)
+            responses = [self._to_response(c, sampling.stop_sequences, sampling.top_logprobs)
                          for c in sorted(out.outputs, key=lambda c: c.index)]
             groups.append(responses if len(responses) == n else
-                          [Response(list(r.token_ids), list(r.logprobs), r.finish_reason)
-                           for r in responses * n])
+                          [Response(list(r.token_ids), list(r.logprobs), r.finish_reason,
+                                    list(r.top_logprobs)) for r in responses * n])
         return groups
 
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
@@ -254,7 +262,9 @@ class VLLMRolloutEngine:
             top_p=sampling.top_p,
             max_tokens=sampling.max_tokens,
             seed=seed,
-            logprobs=0,  # the sampled token's log-prob only
+            # The sampled token's log-prob, and the k most likely only when asked (vLLM then
+            # builds a dict of k + 1 entries per token).
+            logprobs=sampling.top_logprobs,
             # vLLM stops on single tokens and on strings, not on token sequences: a one-token
             # stop sequence joins the EOS ids; longer ones are cut in `_to_response` (vLLM then
             # generates to max_tokens, the price of exact token-level stops).
@@ -266,16 +276,18 @@ class VLLMRolloutEngine:
             detokenize=False,
         )
 
-    def _to_response(self, completion, stop_sequences=()) -> Response:
+    def _to_response(self, completion, stop_sequences=(), top_logprobs: int = 0) -> Response:
         tokens = list(completion.token_ids)
         logprobs = [step[tok].logprob for tok, step in zip(tokens, completion.logprobs,
                                                             strict=True)]
+        top = [_most_likely(step, top_logprobs) for step in completion.logprobs] \
+            if top_logprobs else []
         # From the tokens, as the torch engine does: EOS or a stop sequence last means "stop",
         # anything else ran out of tokens (max_tokens, or the model's max_model_len).
         end = stop_end(tokens, self.eos_token_ids, stop_sequences)
         if end is None:
-            return Response(tokens, logprobs, "length")
-        return Response(tokens[:end], logprobs[:end], "stop")
+            return Response(tokens, logprobs, "length", top)
+        return Response(tokens[:end], logprobs[:end], "stop", top[:end])
 
     def _wake(self) -> None:
         if self._asleep:
@@ -286,6 +298,15 @@ class VLLMRolloutEngine:
         if self.enable_sleep_mode and not self._asleep:
             self.llm.sleep(level=1)
             self._asleep = True
+
+
+def _most_likely(step, k: int) -> list[tuple[int, float]]:
+    """The `k` most likely `(token id, log-prob)` of one position's vLLM log-probs, most likely
+    first. vLLM gives the top k and the sampled token, which is a (k + 1)-th entry when it is
+    not among them."""
+    ranked = sorted(((int(tok), float(p.logprob)) for tok, p in step.items()),
+                    key=lambda pair: -pair[1])
+    return ranked[:k]
 
 
 def checkpoint_tensor_names(model: str) -> set[str] | None:

@@ -9,13 +9,22 @@ Training runs force the policy's sampling (`forced`: temperature and top-p of th
 the learner scores the sampled tokens at its own temperature: an agent asking for 0.7 would
 otherwise be trained with log-probs of another distribution. Stop strings are excluded from the
 returned text (OpenAI's rule) but their tokens stay in the recorded completion, since they were
-sampled; `top_logprobs` are answered with empty lists (engines report the sampled token's
-log-prob only).
+sampled.
+
+Log-probs are the engine's, the very numbers the episode records and the learner takes as the
+sampler's: `log_softmax(logits / T)` of the temperature T the engine sampled with (the config's
+in training, the request's otherwise; 1 for greedy decoding), before top-p. The top-k
+alternatives (`top_logprobs` of a chat request, `logprobs=k` of a text completion) come from the
+same distribution, computed by the engine only for requests that ask (`SamplingParams.
+top_logprobs`; requests asking for different k decode in separate engine calls). vLLM with top-p
+< 1 renormalises over the nucleus instead (`vllm_engine`), and a token outside it, -inf there, is
+answered as -9999.0, as vLLM's own server does: JSON has no infinity.
 """
 
 from __future__ import annotations
 
 import secrets
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -68,6 +77,11 @@ class GatewayService:
         self.batcher = batcher
         self.settings = settings
         self.renderer = PromptRenderer(tokenizer)
+        # The longest prompt + completion the engine holds, where it has a bound (vLLM's
+        # max_model_len). vLLM refuses a longer prompt with an error that fails its whole engine
+        # call, every episode's request of the batch with it, so such a prompt is answered 400
+        # here, as past the episode's own bound.
+        self.engine_context: int | None = getattr(batcher.engine, "max_model_len", None)
 
     def models(self) -> dict[str, Any]:
         return {"object": "list", "data": [{"id": self.settings.model_name, "object": "model",
@@ -100,7 +114,8 @@ class GatewayService:
             choices.append({
                 "index": i, "message": message,
                 "finish_reason": "tool_calls" if parsed.tool_calls else response.finish_reason,
-                "logprobs": {"content": self._logprobs(response)} if request.logprobs else None})
+                "logprobs": ({"content": self._logprobs(response)} if request.logprobs
+                             else None)})
             completion_tokens += len(response.token_ids)
         return {"id": f"chatcmpl-{secrets.token_hex(12)}", "object": "chat.completion",
                 "created": int(time.time()), "model": self.settings.model_name,
@@ -120,7 +135,9 @@ class GatewayService:
                 entries = self._logprobs(response)
                 logprobs = {"tokens": [e["token"] for e in entries],
                             "token_logprobs": [e["logprob"] for e in entries],
-                            "top_logprobs": [{} for _ in entries], "text_offset": None}
+                            "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]}
+                                             for e in entries],
+                            "text_offset": None}
             choices.append({"index": i, "text": text, "logprobs": logprobs,
                             "finish_reason": response.finish_reason})
             completion_tokens += len(response.token_ids)
@@ -141,11 +158,11 @@ class GatewayService:
             record.truncated_by = record.truncated_by or MAX_CALLS
             raise GatewayError(400, f"this episode may make {bounds.max_calls} calls; it has "
                                f"made {len(record.calls)}", code="max_calls_exceeded")
-        room = bounds.max_total_tokens - prompt_len
+        room = self._context(record) - prompt_len
         if room < 1:
             record.truncated_by = record.truncated_by or MAX_TOTAL_TOKENS
             raise GatewayError(400, f"this model's context in this episode is "
-                               f"{bounds.max_total_tokens} tokens; the messages hold "
+                               f"{self._context(record)} tokens; the messages hold "
                                f"{prompt_len}", param="messages", code="context_length_exceeded")
         asked = request.token_limit() or self.settings.default_max_tokens
         forced = self.settings.forced
@@ -156,15 +173,20 @@ class GatewayService:
         stops = tuple(tuple(self.tokenizer.encode(s, add_special_tokens=False))
                       for s in [*request.stop_strings(), *extra_stops])
         return SamplingParams(temperature=temperature, top_p=top_p, max_tokens=min(asked, room),
-                              seed=request.seed, stop_sequences=tuple(s for s in stops if s))
+                              seed=request.seed, stop_sequences=tuple(s for s in stops if s),
+                              top_logprobs=request.top_k())
 
     def _record(self, record: EpisodeRecord, prompt_ids: list[int], response: Response,
                 weight_version: int, sampling: SamplingParams) -> None:
         record.calls.append(Call(tuple(prompt_ids), tuple(response.token_ids),
                                  tuple(response.logprobs), weight_version))
-        room = record.bounds.max_total_tokens - len(prompt_ids)
+        room = self._context(record) - len(prompt_ids)
         if response.finish_reason == "length" and sampling.max_tokens == room:
             record.truncated_by = record.truncated_by or MAX_TOTAL_TOKENS
+
+    def _context(self, record: EpisodeRecord) -> int:
+        """Most tokens of a call's prompt + completion: the episode's bound, or the engine's."""
+        return min(record.bounds.max_total_tokens, self.engine_context or sys.maxsize)
 
     def _completion_prompt(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):
@@ -180,12 +202,30 @@ class GatewayService:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def _logprobs(self, response: Response) -> list[dict[str, Any]]:
-        out = []
-        for token, logprob in zip(response.token_ids, response.logprobs, strict=True):
-            text = self.tokenizer.decode([token])
-            out.append({"token": text, "logprob": float(logprob),
-                        "bytes": list(text.encode()), "top_logprobs": []})
-        return out
+        """OpenAI's chat `logprobs.content`: per token its text, log-prob, bytes and its top-k
+        alternatives (empty lists when the request asked for none)."""
+        tops = response.top_logprobs or [[] for _ in response.token_ids]
+        texts = self._token_texts({*response.token_ids, *(t for top in tops for t, _ in top)})
+        return [{**_entry(texts[token], logprob),
+                 "top_logprobs": [_entry(texts[t], lp) for t, lp in top]}
+                for token, logprob, top in zip(response.token_ids, response.logprobs, tops,
+                                               strict=True)]
+
+    def _token_texts(self, ids: set[int]) -> dict[int, str]:
+        """Each token's own text, decoded in one call (a response's top-k names up to 20
+        tokens per position, mostly the same few)."""
+        order = sorted(ids)
+        return dict(zip(order, self.tokenizer.batch_decode([[i] for i in order]), strict=True))
+
+
+# OpenAI's answer for a log-prob of -inf (a token outside vLLM's nucleus): JSON has no infinity.
+MIN_LOGPROB = -9999.0
+
+
+def _entry(text: str, logprob: float) -> dict[str, Any]:
+    """One token of OpenAI's log-probs: text, log-prob and the text's UTF-8 bytes."""
+    return {"token": text, "logprob": max(float(logprob), MIN_LOGPROB),
+            "bytes": list(text.encode())}
 
 
 def _cut_at_stop(text: str, stops: list[str]) -> str:

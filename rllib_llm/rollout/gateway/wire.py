@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class ChatMessage(BaseModel):
@@ -53,6 +53,10 @@ class SamplingFields(BaseModel):
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         return [s for s in stop if s]
 
+    def top_k(self) -> int:
+        """How many most likely alternatives to report per token (0: none)."""
+        return 0
+
 
 class ChatCompletionRequest(SamplingFields):
     """`POST /v1/chat/completions`."""
@@ -64,20 +68,35 @@ class ChatCompletionRequest(SamplingFields):
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
 
+    @model_validator(mode="after")
+    def _top_logprobs_need_logprobs(self) -> ChatCompletionRequest:
+        # OpenAI's rule: alternatives of tokens whose own log-probs were not asked for are
+        # refused (400), not silently dropped.
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs=true")
+        return self
+
     def token_limit(self) -> int | None:
         """`max_completion_tokens`, or the older `max_tokens` (OpenAI's order)."""
         return self.max_completion_tokens or self.max_tokens
+
+    def top_k(self) -> int:
+        return (self.top_logprobs or 0) if self.logprobs else 0
 
 
 class CompletionRequest(SamplingFields):
     """`POST /v1/completions`: a prompt string, or a list of token ids."""
 
     prompt: str | list[int] = Field(min_length=1)
+    # OpenAI's legacy completions take the number of alternatives here, at most 5.
     logprobs: int | None = Field(default=None, ge=0, le=5)
     echo: bool = False
 
     def token_limit(self) -> int | None:
         return self.max_tokens
+
+    def top_k(self) -> int:
+        return self.logprobs or 0
 
 
 class GatewayError(Exception):
