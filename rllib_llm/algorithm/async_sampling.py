@@ -92,11 +92,13 @@ def staleness_metrics(lags: np.ndarray, bound: int) -> dict[str, float]:
 @dataclass
 class Batch:
     """What one training iteration gets: the episodes, the runners' metrics of the sample calls
-    that made them, and this module's metrics (ASYNC_RESULTS)."""
+    that made them, this module's metrics (ASYNC_RESULTS), and the reward model's metrics of
+    each sampling round that scored them (reward_workers.py; none without a reward model)."""
 
     episodes: list[SingleAgentEpisode]
     runner_metrics: list[dict[str, Any]]
     metrics: dict[str, float] = field(default_factory=dict)
+    reward_rounds: list[dict[str, float]] = field(default_factory=list)
 
 
 @dataclass

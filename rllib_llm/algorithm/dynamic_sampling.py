@@ -71,12 +71,13 @@ def fill_batch(sample: Callable[[int], Batch], num_groups: int, max_rounds: int
         max_rounds: the most rounds, the first included.
 
     Returns the batch (exactly `num_groups` groups: informative first, then uninformative ones
-    if the rounds ran out; every round's runner metrics; the first round's own metrics) and
-    this module's metrics.
+    if the rounds ran out; every round's runner and reward-model metrics; the first round's own
+    metrics) and this module's metrics.
     """
     informative: list[list[SingleAgentEpisode]] = []
     uninformative: list[list[SingleAgentEpisode]] = []
     runner_metrics: list[dict[str, Any]] = []
+    reward_rounds: list[dict[str, float]] = []
     first_metrics: dict[str, float] | None = None
     rounds = sampled_groups = sampled_responses = 0
     while rounds < max_rounds and len(informative) < num_groups:
@@ -85,6 +86,7 @@ def fill_batch(sample: Callable[[int], Batch], num_groups: int, max_rounds: int
         batch = sample(size)
         rounds += 1
         runner_metrics += batch.runner_metrics
+        reward_rounds += batch.reward_rounds
         first_metrics = batch.metrics if first_metrics is None else first_metrics
         for group in groups_in_order(batch.episodes):
             sampled_groups += 1
@@ -101,4 +103,4 @@ def fill_batch(sample: Callable[[int], Batch], num_groups: int, max_rounds: int
         SAMPLES_PER_INFORMATIVE_GROUP:
             sampled_responses / max(1, min(len(informative), num_groups)),
     }
-    return Batch(episodes, runner_metrics, dict(first_metrics or {})), metrics
+    return Batch(episodes, runner_metrics, dict(first_metrics or {}), reward_rounds), metrics

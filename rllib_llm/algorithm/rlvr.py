@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -111,7 +112,6 @@ class RLVR(Algorithm):
 
             self._reward_workers = RewardWorkers(config,
                                                  load_tokenizer(config.model_name_or_path))
-        self._reward_rounds: list[dict[str, float]] = []
         self._collapse_watch = CollapseWatch(
             {name: getattr(config, name) for name in COLLAPSE_SETTINGS})
         self._async = None
@@ -292,7 +292,6 @@ class RLVR(Algorithm):
         """This iteration's batch: one round of sampling, or with `dynamic_sampling` as many as
         it takes to hold `rollout_batch_size` informative groups (dynamic_sampling.py)."""
         cfg = self.config
-        self._reward_rounds = []
         if not cfg.dynamic_sampling:
             batch = self._sample_rewarded(learner_version)
         else:
@@ -301,17 +300,19 @@ class RLVR(Algorithm):
                 cfg.rollout_batch_size, cfg.dynamic_sampling_max_rounds)
             for name, value in metrics.items():
                 self.metrics.log_value((DYNAMIC_RESULTS, name), value, window=1)
-        for name, value in merge_round_metrics(self._reward_rounds).items():
+        for name, value in merge_round_metrics(batch.reward_rounds).items():
             self.metrics.log_value((REWARD_MODEL_RESULTS, name), value, window=1)
         return batch
 
     def _sample_rewarded(self, learner_version: int, num_prompts: int | None = None) -> Batch:
         """A round of `_sample`, its episodes' final rewards combined with the reward model's
-        scores when there is one (reward_workers.py): the reward every later step sees."""
+        scores when there is one (reward_workers.py): the reward every later step sees. The
+        round's reward-model metrics ride in the batch (`Batch.reward_rounds`)."""
         batch = self._sample(learner_version, num_prompts)
-        if self._reward_workers is not None:
-            self._reward_rounds.append(self._reward_workers.apply(batch.episodes))
-        return batch
+        if self._reward_workers is None:
+            return batch
+        return dataclasses.replace(
+            batch, reward_rounds=[*batch.reward_rounds, self._reward_workers.apply(batch.episodes)])
 
     def _sample(self, learner_version: int, num_prompts: int | None = None) -> Batch:
         """This iteration's episodes: generated ahead (asynchronous training: a whole batch), or

@@ -35,7 +35,8 @@ def episode(group: str, reward: float) -> SingleAgentEpisode:
 
 def batch(groups: dict[str, list[float]], tag: str) -> Batch:
     return Batch([episode(g, r) for g, rewards in groups.items() for r in rewards],
-                 [{"round": tag}], {"first": 1.0 if tag == "a" else 0.0})
+                 [{"round": tag}], {"first": 1.0 if tag == "a" else 0.0},
+                 [{"reward_round": tag}])
 
 
 class Sampler:
@@ -70,6 +71,8 @@ def test_rounds_until_enough_informative_groups_in_arrival_order():
     assert rounds.asked == [3, 3]
     assert [group_of(g[0]) for g in groups_in_order(got.episodes)] == ["a2", "b1", "b3"]
     assert got.runner_metrics == [{"round": "a"}, {"round": "b"}]  # both rounds' samples count
+    # Each round's reward-model metrics ride in its batch, and every round's reach the step.
+    assert got.reward_rounds == [{"reward_round": "a"}, {"reward_round": "b"}]
     assert got.metrics == {"first": 1.0}
     assert metrics == {ROUNDS: 2.0, RESPONSES_SAMPLED: 12.0, UNINFORMATIVE_FRACTION: 3 / 6,
                        SHORTFALL_GROUPS: 0.0, SAMPLES_PER_INFORMATIVE_GROUP: 12 / 3}
