@@ -154,6 +154,27 @@ def group_advantages(scores: Tensor, group_size: int, estimator: GroupEstimator)
     return fn(grouped).reshape(-1)  # (B,)
 
 
+def episode_last_rows(episode_index: Tensor) -> Tensor:
+    """The last row of each episode: [E] indices into ``episode_index`` [B].
+
+    An episode may span several rows (an agent that rewrote its history trains each sequence as
+    a row, all with the episode's reward); its rows are consecutive and episodes are numbered
+    0, 1, ... in row order, so scores taken at these rows count every episode once.
+    """
+    if episode_index.dim() != 1 or episode_index.numel() == 0:
+        raise ValueError(
+            f"episode_index must be [B] (one per row), got {tuple(episode_index.shape)}.")
+    episodes = torch.unique_consecutive(episode_index)  # (E,)
+    if not torch.equal(episodes, torch.arange(len(episodes), device=episodes.device)):
+        raise ValueError(
+            "episode_index must number episodes 0, 1, ... in row order with each episode's rows "
+            f"consecutive; got {episode_index.tolist()[:12]}."
+        )
+    is_last = torch.ones_like(episode_index, dtype=torch.bool)  # (B,)
+    is_last[:-1] = episode_index[1:] != episode_index[:-1]
+    return is_last.nonzero().squeeze(-1)  # (E,)
+
+
 def group_view(scores: Tensor, group_size: int, fn: str) -> Tensor:
     """``scores`` [B] as float [G, K] groups, checking K ≥ 2 and that K divides B."""
     if scores.dim() != 1:

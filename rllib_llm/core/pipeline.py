@@ -25,6 +25,7 @@ from torch import Tensor
 
 from rllib_llm.core.advantages import (
     discounted_returns,
+    episode_last_rows,
     gae,
     group_advantages,
     length_adaptive_lambda,
@@ -53,6 +54,9 @@ class EstimatorInputs:
         gamma: discount γ.
         lambd: GAE λ, a float or [B] (length-adaptive).
         critic_lambd: λ of the critic's returns (decoupled GAE), or None to use ``lambd``.
+        episode_index: [B] the episode of each row when an episode spans several rows
+            (``compute_advantages``), else None; a group baseline reads ``scores`` at
+            ``episode_last_rows(episode_index)``, one per episode.
     """
 
     scores: Tensor
@@ -65,6 +69,7 @@ class EstimatorInputs:
     gamma: float
     lambd: float | Tensor
     critic_lambd: float | None
+    episode_index: Tensor | None = None
 
 
 # fn(inputs) -> (advantages [B, T], returns [B, T]) before whitening and clipping.
@@ -146,7 +151,12 @@ def group_adv_estimator(name: str) -> AdvEstimatorFn:
     """
 
     def estimator(inputs: EstimatorInputs) -> tuple[Tensor, Tensor]:
-        group_value = group_advantages(inputs.scores, inputs.group_size, name)  # (B,)
+        if inputs.episode_index is None:
+            group_value = group_advantages(inputs.scores, inputs.group_size, name)  # (B,)
+        else:  # each episode once in its group, its value broadcast to all its rows
+            last = episode_last_rows(inputs.episode_index)  # (E,)
+            group_value = group_advantages(inputs.scores[last], inputs.group_size, name)
+            group_value = group_value[inputs.episode_index]  # (E,) -> (B,)
         spread = group_value[:, None] * inputs.mask  # (B, T)
         dense = inputs.kl_rewards + inputs.turn_rewards  # (B, T)
         dense_returns = discounted_returns(dense, inputs.mask, gamma=inputs.gamma)
@@ -189,6 +199,7 @@ def compute_advantages(
     advantage_clip: float | None = 2.0,
     values: Tensor | None = None,
     turn_rewards: Tensor | None = None,
+    episode_index: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Scores → per-token advantages, steps 1–6 of docs/ALGORITHMS.md, "Rewards and advantages".
 
@@ -211,6 +222,14 @@ def compute_advantages(
         values: [B, T] critic values, required by ``gae``.
         turn_rewards: [B, T] rewards paid before the end of a multi-turn episode, on the mask
             token where each was paid (None: none); added after step 2, not normalised.
+        episode_index: [B] int, the episode of each row (0, 1, ... in row order, an episode's
+            rows consecutive), when an episode spans several rows: an agent that rewrote its
+            history trains each of its sequences as a row with the episode's reward. Steps 1–2
+            and the group baselines then count each episode once, at its last row (a split
+            episode would otherwise weigh as many times as it has rows in its group's mean and
+            std), and every row gets its episode's value; ``group_size`` counts episodes. As
+            SkyRL's step-wise training computes the advantage of a trajectory's last step and
+            broadcasts it (NovaSky-AI/SkyRL#436). None: each row is an episode.
 
     Returns:
         advantages [B, T], returns [B, T] (critic targets for ``gae``; the Monte-Carlo return of
@@ -222,10 +241,18 @@ def compute_advantages(
                          turn_rewards)
     dtype = compute_dtype(scores, token_kl, values, turn_rewards)
     m = bool_mask(mask)  # (B, T)
+    if episode_index is not None and episode_index.shape != scores.shape:
+        raise ValueError(f"compute_advantages: episode_index has shape "
+                         f"{tuple(episode_index.shape)}, scores {tuple(scores.shape)}; pass "
+                         "the episode of each row, shape [B].")
+    last = None if episode_index is None else episode_last_rows(episode_index)  # (E,)
     scores = process_scores(
-        scores.to(dtype), group_size, reward_clip=reward_clip, norm_mean_type=norm_mean_type,
-        norm_std_type=norm_std_type, running_stats=running_stats,
-    )
+        scores.to(dtype) if last is None else scores.to(dtype)[last], group_size,
+        reward_clip=reward_clip, norm_mean_type=norm_mean_type, norm_std_type=norm_std_type,
+        running_stats=running_stats,
+    )  # (B,), or (E,) per episode
+    if episode_index is not None:
+        scores = scores[episode_index]  # (E,) -> (B,): each row its episode's score
     token_rewards, kl_rewards = token_level_rewards(scores, m, token_kl=token_kl, kl_coef=kl_coef)
     turns = token_rewards.new_zeros(m.shape) if turn_rewards is None else \
         zero_masked(turn_rewards.detach(), m, dtype)  # (B, T)
@@ -237,6 +264,7 @@ def compute_advantages(
         mask=m,
         values=None if values is None else zero_masked(values.detach(), m, dtype),
         group_size=group_size, gamma=gamma, lambd=lambd, critic_lambd=critic_lambd,
+        episode_index=episode_index,
     )
     advantages, returns = fn(inputs)
     if whiten_advantages:

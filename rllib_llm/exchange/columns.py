@@ -20,6 +20,10 @@ __all__ = ["EMPTY_INFO", "ENV_TOKENS", "PROMPT_IDS", "PROMPT_INDEX", "is_correct
 GROUP_ID = "group_id"  # reset info: one id shared by the responses to the same prompt
 ACTION_LOGP = "action_logp"  # extra model output, (T,) float32: the sampler's log-prob per action
 WEIGHT_VERSION = "weight_version"  # extra model output, (T,) int64: the weights that sampled it
+# Step info: the episode's next sequence starts after this action, from these prompt ids. An
+# agent that rewrote its history (rollout/agent_rollouts.py) sampled several sequences in one
+# episode; the learner trains each as its own row, all sharing the episode's reward.
+NEXT_PROMPT_IDS = "next_prompt_ids"
 
 # Learner batch columns: B responses, each a left-padded prompt of P tokens then a right-padded
 # response of T tokens (learner/packing.py).
@@ -46,6 +50,11 @@ TRUNCATED = "truncated"
 # (B, T) float32: rewards a multi-turn env paid before an episode's last step, on the agent token
 # they came with; present only when some episode has them (core.compute_advantages' turn_rewards).
 TURN_REWARDS = "turn_rewards"
+# (B,) int64: the episode of each row, 0, 1, ... in batch order (an episode's rows are
+# consecutive, a group's K episodes too); present only when some episode spans several rows
+# (`NEXT_PROMPT_IDS`). Group baselines and reward normalisation then count each episode once
+# (core.compute_advantages' episode_index) and mini-batches keep groups whole by it.
+EPISODE_INDEX = "episode_index"
 
 
 class Layout(enum.Enum):
@@ -77,4 +86,5 @@ LAYOUTS: dict[str, Layout] = {
     SCORES: Layout.PER_ROW,
     CORRECT: Layout.PER_ROW,
     TRUNCATED: Layout.PER_ROW,
+    EPISODE_INDEX: Layout.PER_ROW,
 }

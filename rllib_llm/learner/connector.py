@@ -20,6 +20,7 @@ from rllib_llm.exchange.columns import (
     ACTION_MASK,
     ADVANTAGES,
     ATTENTION_MASK,
+    EPISODE_INDEX,
     MC_RETURNS,
     OLD_LOGP,
     REF_LOGP,
@@ -121,6 +122,8 @@ class PackAndComputeAdvantages(ConnectorV2):
             whiten_advantages=cfg.whiten_advantages,
             advantage_clip=cfg.advantage_clip,
             turn_rewards=data.pop(TURN_REWARDS, None),  # the loss does not read them
+            # An agent's rewritten history: several rows, one episode in its group's baseline.
+            episode_index=data.get(EPISODE_INDEX),
         )
         if token_kl is not None:
             self.kl_controller.update(mean_kl, len(episodes))

@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from rllib_llm.exchange.columns import ACTION_MASK
+from rllib_llm.learner.optimizer_steps import row_groups
 from rllib_llm.learner.step_metrics import extreme
 
 
@@ -34,11 +35,20 @@ def rank_and_world() -> tuple[int, int]:
     return 0, 1
 
 
-def rank_rows(rows: torch.Tensor, *, group_size: int, rank: int, world: int) -> torch.Tensor:
+def rank_rows(rows: torch.Tensor, *, group_size: int, rank: int, world: int,
+              groups: torch.Tensor | None = None) -> torch.Tensor:
     """The rows of whole prompt groups g ≡ rank (mod world) among `rows` (consecutive runs of
-    `group_size` rows per group, as `optimizer_steps.minibatch_rows` returns them)."""
+    `group_size` rows per group, as `optimizer_steps.minibatch_rows` returns them; or, where an
+    episode spans several rows, runs of equal `groups`, the group of each of `rows`)."""
     if world == 1:
         return rows
+    if groups is not None:
+        _, nth = torch.unique_consecutive(groups, return_inverse=True)  # (N,) group ordinal
+        if (int(nth[-1]) + 1) % world:
+            raise ValueError(
+                f"rank_rows: {int(nth[-1]) + 1} prompt groups cannot be shared equally by "
+                f"{world} learners; each mini-batch needs a multiple of {world} prompt groups.")
+        return rows[nth % world == rank]
     if rows.numel() % (group_size * world):
         raise ValueError(
             f"rank_rows: {rows.numel()} rows in groups of {group_size} cannot be shared equally "
@@ -55,7 +65,8 @@ def score_rows(fn: Callable[[dict[str, torch.Tensor]], torch.Tensor],
     if world == 1:
         return fn(data)
     n = data[ACTION_MASK].shape[0]
-    rows = rank_rows(torch.arange(n), group_size=group_size, rank=rank, world=world)
+    rows = rank_rows(torch.arange(n), group_size=group_size, rank=rank, world=world,
+                     groups=row_groups(data, group_size))
     part = fn({k: v[rows.to(v.device)] for k, v in data.items()
                if isinstance(v, torch.Tensor) and v.shape[:1] == (n,)})
     full = torch.zeros((n, *part.shape[1:]), dtype=part.dtype, device=part.device)

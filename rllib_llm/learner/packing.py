@@ -3,7 +3,9 @@
 An episode's state is rebuilt exactly from its history (docs/DESIGN.md, "The token-level MDP"):
 the prompt ids from the reset info, then per step the agent's token (an action, mask 1) followed
 by any tokens the environment appended in that step's info (tool output: state, not action,
-mask 0).
+mask 0). An episode that holds several sequences (an agent that rewrote its history: a step info
+with `NEXT_PROMPT_IDS` ends one) packs into one row per sequence, each with the episode's
+reward, and the batch then says which rows are one episode (`EPISODE_INDEX`).
 
 Every per-token step is a numpy operation: at 512 responses of 1,024 tokens a Python loop over
 tokens costs seconds per iteration (benchmarks/per_token_overhead.py).
@@ -12,7 +14,7 @@ tokens costs seconds per iteration (benchmarks/per_token_overhead.py).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -25,8 +27,10 @@ from rllib_llm.exchange.columns import (
     CORRECT,
     EMPTY_INFO,
     ENV_TOKENS,
+    EPISODE_INDEX,
     GROUP_ID,
     INPUT_IDS,
+    NEXT_PROMPT_IDS,
     OLD_LOGP,
     PROMPT_IDS,
     RESPONSE_IDS,
@@ -53,6 +57,8 @@ class EpisodeTokens:
         correct: the verifier's verdict (`columns.is_correct`).
         group_id: shared by the responses to one prompt.
         truncated: the episode ended by truncation (the response limit, no EOS).
+        sequence: the row's place among its episode's sequences (`episode_rows`); 0 for the
+            first, and for every episode of one sequence.
     """
 
     prompt_ids: np.ndarray
@@ -64,6 +70,7 @@ class EpisodeTokens:
     group_id: Any
     turn_rewards: np.ndarray | None = None
     truncated: bool = False
+    sequence: int = 0
 
 
 def episode_tokens(episode: Any) -> EpisodeTokens:
@@ -90,6 +97,36 @@ def episode_tokens(episode: Any) -> EpisodeTokens:
         turn_rewards=turn_rewards,
         truncated=bool(episode.is_truncated),
     )
+
+
+def episode_rows(episode: Any) -> list[EpisodeTokens]:
+    """One SingleAgentEpisode's rows: the episode itself, or one row per sequence where a step
+    info ends a sequence (`NEXT_PROMPT_IDS`: the next one's prompt). Each row keeps the
+    episode's score, verdict, group and truncation."""
+    whole = episode_tokens(episode)
+    breaks = _sequence_breaks(episode.get_infos()[1:])
+    if not breaks:
+        return [whole]
+    # A sequence ends on an action with no env tokens after it: cut just past that action.
+    cuts = np.flatnonzero(whole.action_mask)[list(breaks)] + 1
+    bounds = [0, *cuts.tolist(), len(whole.response_ids)]
+    prompts = [whole.prompt_ids, *breaks.values()]
+    return [replace(whole, prompt_ids=prompt, response_ids=whole.response_ids[a:b],
+                    action_mask=whole.action_mask[a:b],
+                    behaviour_logp=whole.behaviour_logp[a:b],
+                    turn_rewards=None if whole.turn_rewards is None else whole.turn_rewards[a:b],
+                    sequence=i)
+            for i, (prompt, a, b) in enumerate(zip(prompts, bounds[:-1], bounds[1:]))]
+
+
+def _sequence_breaks(step_infos: Sequence[Mapping[str, Any]]) -> dict[int, np.ndarray]:
+    """{step: the next sequence's prompt ids} for each step that ends a sequence, in order."""
+    n = len(step_infos)
+    # Most episodes have news in the last info only (never a break): tell at C speed.
+    if n == 0 or step_infos.count(EMPTY_INFO) == n - bool(step_infos[-1]):
+        return {}
+    return {t: np.asarray(step_infos[t][NEXT_PROMPT_IDS], dtype=np.int64)
+            for t in range(n) if NEXT_PROMPT_IDS in step_infos[t]}
 
 
 def _env_tokens(step_infos: Sequence[Mapping[str, Any]]) -> dict[int, np.ndarray]:
@@ -169,25 +206,33 @@ def pack(items: Sequence[EpisodeTokens], pad_token_id: int) -> dict[str, torch.T
             if e.turn_rewards is not None:
                 turn_rewards[i, : len(e.turn_rewards)] = e.turn_rewards
         batch[TURN_REWARDS] = torch.from_numpy(turn_rewards)
+    if any(e.sequence for e in items):  # the episode of each row: a new one at each sequence 0
+        starts = np.asarray([e.sequence == 0 for e in items], dtype=np.int64)
+        batch[EPISODE_INDEX] = torch.from_numpy(np.cumsum(starts) - 1)
     return batch
 
 
 def pack_episodes(episodes: Sequence[Any], group_size: int, pad_token_id: int
                   ) -> dict[str, torch.Tensor]:
-    """The learner batch of `episodes` (SingleAgentEpisodes), each prompt's group together."""
-    return pack(order_by_group([episode_tokens(e) for e in episodes], group_size), pad_token_id)
+    """The learner batch of `episodes` (SingleAgentEpisodes), each prompt's group together,
+    each episode's rows (`episode_rows`) together in it."""
+    rows = [row for e in episodes for row in episode_rows(e)]
+    return pack(order_by_group(rows, group_size), pad_token_id)
 
 
 def order_by_group(items: list[EpisodeTokens], group_size: int) -> list[EpisodeTokens]:
     """Put each prompt's responses next to each other and check every group is complete.
 
     The group estimators (grpo, rloo, ...) read groups as consecutive runs of `group_size`
-    responses, so a group split across batches would silently compare unrelated answers.
+    responses, so a group split across batches would silently compare unrelated answers. A group
+    counts episodes (rows with `sequence` 0); an episode's further rows follow it in `items`
+    and stay behind it.
     """
     groups: dict[Any, list[EpisodeTokens]] = {}
     for e in items:
         groups.setdefault(e.group_id, []).append(e)
-    bad = {g: len(v) for g, v in groups.items() if len(v) != group_size}
+    bad = {g: n for g, v in groups.items()
+           if (n := sum(e.sequence == 0 for e in v)) != group_size}
     if bad:
         raise ValueError(
             f"Episodes do not form complete groups of num_return_sequences_in_group="

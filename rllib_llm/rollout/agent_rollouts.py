@@ -3,11 +3,21 @@
 Per sample call the runner hands the prompts it drew (`n` episodes each, one group per prompt);
 `sample_agent_episodes` runs the agents (`agent_runs`), scores what each returned
 (`OpenAIAgentEnv.score`) and turns each episode's calls into one `SingleAgentEpisode`:
-- the calls are stitched into sequences (`gateway.trajectories`); the episode trains the sequence
-  of its last call: actions are the model's sampled tokens with their log-probs and weight
-  versions, the tokens between calls ride in the step infos as env tokens (mask 0), the reward
-  sits on the last action. Earlier sequences of an agent that rewrote its history are not
-  trained in this version; `prefix_breaks` counts them;
+- the calls are stitched into sequences (`gateway.trajectories`): actions are the model's
+  sampled tokens with their log-probs and weight versions, the tokens between calls ride in the
+  step infos as env tokens (mask 0), the reward sits on the last action;
+- an agent that rewrote its history (dropped or summarised messages) sampled several sequences.
+  Every one is trained, with the episode's reward: the episode holds their actions one sequence
+  after the other, and the last action of each but the last carries the next one's prompt
+  (`NEXT_PROMPT_IDS`), so the learner packs one row per sequence (`learner.packing`). The
+  episode stays one episode for everything that counts episodes (its group's completeness,
+  dynamic sampling, accuracy, staleness: its oldest token), and the group baselines and reward
+  normalisation count it once, broadcasting its advantage to all its rows
+  (`core.compute_advantages`' `episode_index`), as SkyRL's step-wise training broadcasts a
+  trajectory's advantage to its steps (NovaSky-AI/SkyRL#436). Without that, an episode that
+  split into 3 sequences would weigh 3 times in its group's mean and std. The loss sees each
+  row as a sequence: token-mean aggregation counts every trained token once, a `seq-mean-*`
+  mode counts each sequence as one. `prefix_breaks` counts the sequences past the first;
 - an agent that raised, timed out, returned garbage or never called the model drops its
   episode, and with it its prompt's group, because group baselines need whole groups (the
   learner refuses an incomplete one). One warning per call names the first error; a call where
@@ -34,6 +44,7 @@ from rllib_llm.envs.token_mdp import EMPTY_INFO, ENV_TOKENS
 from rllib_llm.exchange.columns import (
     ACTION_LOGP,
     GROUP_ID,
+    NEXT_PROMPT_IDS,
     PROMPT_IDS,
     PROMPT_INDEX,
     WEIGHT_VERSION,
@@ -151,7 +162,7 @@ def sample_agent_episodes(env, gateway, reset_infos: Sequence[Mapping[str, Any]]
             sequences, prefix_breaks = stitch(run.record.calls)
             breaks += prefix_breaks
             episodes.append(to_episode(
-                _last_sequence(sequences, run), reset_info=info, group_id=group_ids[g],
+                [s for s in sequences if s.actions], reset_info=info, group_id=group_ids[g],
                 reward=reward, truncated=run.record.truncated_by is not None,
                 final_info={**final_info, AGENT_TRUNCATED_BY: run.record.truncated_by,
                             PREFIX_BREAKS: prefix_breaks, AGENT_CALLS: len(run.record.calls)},
@@ -183,37 +194,41 @@ def _outcome(env, prompt_index: int, run: AgentRun) -> tuple[float, dict, AgentR
     return reward, final_info, run
 
 
-def _last_sequence(sequences: list[TokenSequence], run: AgentRun) -> TokenSequence:
-    """The sequence holding the episode's last call (the one that ended it)."""
-    last = run.record.calls[-1]
-    whole = [*last.prompt_ids, *last.completion_ids]
-    return next(s for s in reversed(sequences) if s.tokens() == whole)
-
-
-def to_episode(sequence: TokenSequence, *, reset_info: Mapping[str, Any], group_id: str,
-               reward: float, truncated: bool, final_info: Mapping[str, Any],
+def to_episode(sequences: Sequence[TokenSequence], *, reset_info: Mapping[str, Any],
+               group_id: str, reward: float, truncated: bool, final_info: Mapping[str, Any],
                env) -> SingleAgentEpisode:
-    """One sequence as RLlib's episode: actions (T,) = the sampled tokens, observations (T+1,),
-    the tokens between calls as env tokens in the infos, the reward on the last action."""
-    actions = np.asarray(sequence.actions, dtype=np.int64)  # (T,)
+    """An episode's sequences as RLlib's episode: actions (T,) = the sampled tokens of every
+    sequence, one after the other, observations (T+1,); in the step infos the tokens between
+    calls as env tokens, and at the last action of each sequence but the last the next one's
+    prompt (`NEXT_PROMPT_IDS`); the reward on the last action."""
+    actions = np.asarray([t for s in sequences for t in s.actions], dtype=np.int64)  # (T,)
     infos: list[dict[str, Any]] = [EMPTY_INFO] * len(actions)
     observations = actions.copy()
-    for i, between in sequence.env_tokens.items():
-        infos[i] = {ENV_TOKENS: list(between)}
-        observations[i] = between[-1]
+    start = 0  # the first action of the sequence at hand
+    for sequence, following in zip(sequences, [*sequences[1:], None]):
+        for i, between in sequence.env_tokens.items():
+            infos[start + i] = {ENV_TOKENS: list(between)}
+            observations[start + i] = between[-1]
+        start += len(sequence.actions)
+        if following is not None:  # (no env tokens follow a sequence's last action)
+            infos[start - 1] = {NEXT_PROMPT_IDS: list(following.prompt_ids)}
+            observations[start - 1] = following.prompt_ids[-1]
     infos[-1] = {**infos[-1], **final_info}
     rewards = np.zeros(len(actions), dtype=np.float64)
     rewards[-1] = reward
+    first = sequences[0]
     return SingleAgentEpisode(
-        observations=np.concatenate([[sequence.prompt_ids[-1]], observations]),
-        infos=[{**reset_info, PROMPT_IDS: list(sequence.prompt_ids), GROUP_ID: group_id}, *infos],
+        observations=np.concatenate([[first.prompt_ids[-1]], observations]),
+        infos=[{**reset_info, PROMPT_IDS: list(first.prompt_ids), GROUP_ID: group_id}, *infos],
         actions=actions,
         rewards=rewards,
         terminated=not truncated,
         truncated=truncated,
         extra_model_outputs={
-            ACTION_LOGP: np.asarray(sequence.logprobs, dtype=np.float32),
-            WEIGHT_VERSION: np.asarray(sequence.weight_versions, dtype=np.int64),
+            ACTION_LOGP: np.asarray([lp for s in sequences for lp in s.logprobs],
+                                    dtype=np.float32),
+            WEIGHT_VERSION: np.asarray([v for s in sequences for v in s.weight_versions],
+                                       dtype=np.int64),
         },
         observation_space=env.observation_space,
         action_space=env.action_space,

@@ -20,7 +20,7 @@ from rllib_llm.envs.openai_agent_env import FINAL_ANSWER, OpenAIAgentEnv  # noqa
 from rllib_llm.envs.token_mdp import VERIFIER_INFO  # noqa: E402
 
 from rllib_llm.exchange.columns import ACTION_LOGP, WEIGHT_VERSION  # noqa: E402
-from rllib_llm.learner.packing import episode_tokens  # noqa: E402
+from rllib_llm.learner.packing import episode_rows, episode_tokens  # noqa: E402
 from rllib_llm.models import load_model  # noqa: E402
 from rllib_llm.rollout.agent_rollouts import (  # noqa: E402
     AGENT_ERROR_FRACTION,
@@ -218,8 +218,9 @@ def test_an_agent_flooding_calls_is_refused_past_max_calls_and_its_episode_is_tr
         assert final[AGENT_TRUNCATED_BY] == "max_calls" and episode.is_truncated
         assert final["agent_calls"] == 3 and episode.get_return() == 0.0
         # Three calls of the same prompt: one sequence each, two counted as prefix breaks;
-        # the last call's sequence (its one token) is the episode.
-        assert final[PREFIX_BREAKS] == 2 and len(episode) == 1
+        # all three are trained, one row each (tests/rollout/test_agent_history_split.py).
+        assert final[PREFIX_BREAKS] == 2 and len(episode) == 3
+        assert len(episode_rows(episode)) == 3
 
 
 def test_an_agent_named_by_its_import_path_is_loaded_and_a_bad_one_is_refused():

@@ -8,7 +8,8 @@ the next user message, the chat template's markers) are state, appended after th
 completion as environment tokens (mask 0, as `TextTurnEnv` appends a tool's output), and the new
 completion's tokens are actions with their log-probs. A call that extends no sequence (the agent
 dropped or rewrote messages, or sampled several choices and went on from one) starts a new
-sequence; `prefix_breaks` counts them (sequences − 1). All sequences share the episode's reward.
+sequence; `prefix_breaks` counts them (sequences − 1). Every sequence is trained, as a row of its
+own with the episode's reward (`rollout.agent_rollouts` says how the episode carries them).
 """
 
 from __future__ import annotations
