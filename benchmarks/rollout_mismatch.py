@@ -45,8 +45,8 @@ class HotSamplerEnvRunner(RLVREnvRunner):
 
     temperature = SAMPLER_TEMPERATURE
 
-    def sampling_params(self):
-        return dataclasses.replace(super().sampling_params(), temperature=self.temperature)
+    def sampling_params(self, call):
+        return dataclasses.replace(super().sampling_params(call), temperature=self.temperature)
 
 
 def run(variant: str, seed: int, iterations: int, sampler_temperature: float) -> dict:

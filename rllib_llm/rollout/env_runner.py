@@ -74,6 +74,7 @@ from rllib_llm.rollout.sampler_state import (
     SAMPLER_STATE,
     SampleCounts,
     restore_sampler_state,
+    sample_seed,
     sampler_state,
 )
 from rllib_llm.rollout.turn_loop import run_multi_turn
@@ -92,7 +93,6 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         cfg = self.config
         set_torch_threads(cfg.num_torch_threads)
         self._counts = SampleCounts()  # training sample calls (seeds) and groups (ids) so far
-        self.last_sample_seed: int | None = None  # the last training call's sampling seed
         self._weights_seq_no = 0  # version of the weights the engine samples with
         self._module_seq_no = 0  # version of the weights in self.module (what get_state returns)
         self._last_sample_end: float | None = None  # perf_counter() when sample() last returned
@@ -180,15 +180,26 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         return make_engine(self.config, tokenizer=self.env.tokenizer, model=self.module.model,
                            device=self._device, worker_index=self.worker_index or 0)
 
-    def sampling_params(self) -> SamplingParams:
-        """The sampling parameters of the next training `sample()` call, with a seed of its own
-        (`SampleCounts.next_seed`): a run resumed from a checkpoint (which holds the count)
-        draws what the uninterrupted run would. A subclass may change them (as
-        benchmarks/rollout_mismatch.py samples hotter than the learner)."""
+    def sampling_params(self, call: int) -> SamplingParams:
+        """The sampling parameters of this runner's training call number `call` (0 for the
+        first), with a seed of its own (`sampler_state.sample_seed`): a run resumed from a
+        checkpoint (which holds the count of calls) draws what the uninterrupted run would.
+        Changes nothing. A subclass may change them (as benchmarks/rollout_mismatch.py samples
+        hotter than the learner)."""
         cfg = self.config
-        self.last_sample_seed = self._counts.next_seed(cfg.seed, self.worker_index or 0)
         return SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p,
-                              max_tokens=cfg.response_length, seed=self.last_sample_seed)
+                              max_tokens=cfg.response_length,
+                              seed=sample_seed(cfg.seed, self.worker_index or 0, call))
+
+    @property
+    def sample_calls(self) -> int:
+        """Training sample calls drawn so far (the last one's parameters:
+        `sampling_params(sample_calls - 1)`)."""
+        return self._counts.calls
+
+    def _next_sampling_params(self) -> SamplingParams:
+        """The parameters of a new training call, counting the call (its seed's index)."""
+        return self.sampling_params(self._counts.next_call())
 
     # --- sampling -------------------------------------------------------------------------------
     def num_prompts_per_sample(self) -> int:
@@ -219,7 +230,7 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
             return self._sample_multi_turn(indices, n)
         t0 = time.perf_counter()
         responses = self.engine.generate([info[PROMPT_IDS] for _, info in prompts], n,
-                                         self.sampling_params())
+                                         self._next_sampling_params())
         t1 = time.perf_counter()
         verdicts = episode_building.verify_groups(self.env, indices, responses)
         t2 = time.perf_counter()
@@ -234,7 +245,7 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         """`num_prompts` finished groups, continuing those in flight first (partial rollouts)."""
         t0 = time.perf_counter()
         groups = self._in_flight.sample_groups(num_prompts, self._start_group, self.engine,
-                                               self.sampling_params())
+                                               self._next_sampling_params())
         t1 = time.perf_counter()
         flat = episode_building.partial_responses(groups)
         verdicts = episode_building.verify_partial(self.env, flat)
@@ -260,7 +271,8 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         generation; making the finished episodes is the replay."""
         t0 = time.perf_counter()
         envs = self._episode_envs.spawn(self.env, len(prompt_indices) * n)
-        finished = run_multi_turn(envs, self.engine, prompt_indices, n, self.sampling_params(),
+        finished = run_multi_turn(envs, self.engine, prompt_indices, n,
+                                  self._next_sampling_params(),
                                   self._episode_envs.executor)
         t1 = time.perf_counter()
         episodes = episode_building.multi_turn_episodes(

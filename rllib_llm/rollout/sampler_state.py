@@ -31,21 +31,27 @@ class SampleCounts:
     calls: int = 0
     groups: int = 0
 
-    def next_seed(self, seed: int | None, worker_index: int) -> int | None:
-        """The sampling seed of the next training call, counting the call (None without a
-        config `seed`). Mixed from the config's seed, the runner's index and the calls so far:
-        two runners never draw with the same seed."""
+    def next_call(self) -> int:
+        """The index of a new training sample call (0 for the first), counting it."""
         call = self.calls
         self.calls += 1
-        if seed is None:
-            return None
-        return int(np.random.SeedSequence([seed, worker_index, call]).generate_state(1)[0])
+        return call
 
     def next_group_id(self, worker_index: int) -> str:
         """A new group's id, unique over the runners of a run, counting the group."""
         group = self.groups
         self.groups += 1
         return f"{worker_index}-{group}"
+
+
+def sample_seed(seed: int | None, worker_index: int, call: int) -> int | None:
+    """The sampling seed of a runner's training call number `call` (None without a config
+    `seed`). Mixed from the config's seed, the runner's index and the call's: two runners never
+    draw with the same seed, and a resumed run (whose count is restored) draws the seeds the
+    uninterrupted run would."""
+    if seed is None:
+        return None
+    return int(np.random.SeedSequence([seed, worker_index, call]).generate_state(1)[0])
 
 
 def sampler_state(env, counts: SampleCounts, in_flight: InFlight | None) -> dict[str, Any]:

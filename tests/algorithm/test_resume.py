@@ -75,7 +75,8 @@ def test_each_env_runner_draws_its_own_samples():
     algo.train()
     episodes = algo._sample(algo._learner_version()).episodes
     seeds = dict(algo.env_runner_group.foreach_env_runner(
-        lambda r: (r.worker_index, r.last_sample_seed), local_env_runner=False))
+        lambda r: (r.worker_index, r.sampling_params(r.sample_calls - 1).seed),
+        local_env_runner=False))
     assert len(set(seeds.values())) == 2 and None not in seeds.values()
     pairs = [(e.get_infos(0)["prompt_index"], seeds[int(e.get_infos(0)["group_id"].split("-")[0])])
              for e in episodes]
