@@ -137,7 +137,9 @@ class PackAndComputeAdvantages(ConnectorV2):
             # Value pretraining's targets: Monte-Carlo returns (GAE's with lambda = 1).
             data[MC_RETURNS] = core.discounted_returns(token_rewards, mask,
                                                          gamma=cfg.gamma).float()
-        self._log(metrics, SCORE_MEAN, data[SCORES].mean().item())
+        once = data[SCORES] if EPISODE_INDEX not in data else \
+            data[SCORES][core.episode_last_rows(data[EPISODE_INDEX])]  # an episode's rows: once
+        self._log(metrics, SCORE_MEAN, once.mean().item())
         n = mask.sum().clamp(min=1)
         self._log(metrics, ADVANTAGE_MEAN, ((advantages * mask).sum() / n).item())
         self._log(metrics, ADVANTAGE_ABS_MEAN, ((advantages.abs() * mask).sum() / n).item())

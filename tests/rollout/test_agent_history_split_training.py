@@ -48,3 +48,4 @@ def test_one_iteration_trains_every_sequence_of_the_split_episodes(monkeypatch):
     assert [rows for rows, _ in steps] == [4, 4]
     assert all(len(set(episodes)) == 2 for _, episodes in steps)
     assert learner["num_optimizer_steps"] == 2 and math.isfinite(learner["total_loss"])
+    assert learner["score_mean"] == 0.5  # per episode (1 and 0); per row it would be 0.75
