@@ -190,3 +190,39 @@ def test_a_lone_episode_does_not_wait_out_the_window_and_one_among_others_does(p
         gateway.close_episode(other)
         gateway.close_episode(episode)
     assert alone < 0.4 <= 0.5 <= among, (alone, among)
+
+
+def test_requests_differing_only_in_max_tokens_share_one_engine_call_each_cut_at_its_own(parts):
+    """An episode's `max_tokens` is the room its context has left, so concurrent multi-turn
+    episodes rarely agree on it: they are decoded in one call to the largest limit, and each
+    response is what a call with its own limit gives (counted, not timed)."""
+    from rllib_llm.rollout.gateway.batching import EngineBatcher
+
+    _, engine, tokenizer = parts
+    prompts = [tokenizer("12+34=")["input_ids"], tokenizer("99-45=")["input_ids"],
+               tokenizer("41+17=")["input_ids"]]  # one length: no padding differs
+    limits = [1, 2, 6]
+
+    async def run():
+        batcher = EngineBatcher(engine, window_s=0.5, max_wait_s=5.0,
+                                open_episodes=lambda: len(prompts))
+        loop_task = asyncio.create_task(batcher.engine_loop())
+        try:
+            return await asyncio.gather(*(
+                batcher.generate(p, 1, SamplingParams(temperature=0, max_tokens=m))
+                for p, m in zip(prompts, limits)))
+        finally:
+            loop_task.cancel()
+            batcher.close()
+
+    engine.calls.clear()
+    generated = asyncio.run(run())
+    assert engine.calls == [len(prompts)]  # the three together, at once (everyone waits)
+    for i, (m, g) in enumerate(zip(limits, generated)):
+        (alone,) = engine.engine.generate(prompts, 1, SamplingParams(temperature=0,
+                                                                     max_tokens=m))[i]
+        (response,) = g.responses
+        assert (response.token_ids, response.finish_reason) == (alone.token_ids,
+                                                                 alone.finish_reason)
+        assert response.logprobs == pytest.approx(alone.logprobs, abs=1e-5)
+    assert generated[0].responses[0].finish_reason == "length"  # a cut one is among them

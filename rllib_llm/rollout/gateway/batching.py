@@ -5,6 +5,12 @@ request and keeps collecting while requests keep arriving: it waits `window_s` (
 milliseconds), drains the queue, and waits again while the last wait brought any, up to
 `max_wait_s` in all; then it decodes every prompt of the same sampling settings in one
 `engine.generate` call, so 64 agents waiting on the model cost about what one batch of 64 costs.
+Requests that differ only in `max_tokens` share a call: it decodes to the largest, and each
+response is cut at its own request's limit (`cut_to`). A call's `max_tokens` is the room its
+episode's context has left, so in multi-turn runs nearly every episode's differs, and grouping
+by it decoded them one engine call each. The cut is exact: rows are sampled independently, so a
+response's first m tokens are distributed as with `max_tokens=m`, and one that ran past m had
+met no EOS or stop sequence within them.
 (Agents started together reach the gateway over tens of milliseconds on a loaded CPU: one fixed
 window would cut them into several small batches, each costing a whole decode.) A batch that
 holds as many requests as there are open episodes is decoded at once: nobody else can be on the
@@ -23,7 +29,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rllib_llm.rollout.engine import Response, SamplingParams
 
@@ -108,6 +114,7 @@ class EngineBatcher:
 
     async def _decode(self, sampling: SamplingParams, pending: Sequence[_Pending]) -> None:
         prompts = [p.prompt_ids for p in pending for _ in range(p.n)]
+        sampling = replace(sampling, max_tokens=max(p.sampling.max_tokens for p in pending))
         loop = asyncio.get_running_loop()
         try:
             version, responses = await loop.run_in_executor(
@@ -122,7 +129,9 @@ class EngineBatcher:
         start = 0
         for p in pending:
             if not p.future.done():  # (a client that hung up cancelled its future)
-                p.future.set_result(Generated(responses[start:start + p.n], version))
+                p.future.set_result(Generated(
+                    [cut_to(r, p.sampling.max_tokens) for r in responses[start:start + p.n]],
+                    version))
             start += p.n
 
     def close(self) -> None:
@@ -136,8 +145,17 @@ def _generate(engine, prompts: list[list[int]], sampling: SamplingParams
 
 
 def _by_sampling(batch: Sequence[_Pending]) -> list[tuple[SamplingParams, list[_Pending]]]:
-    """The batch split by sampling settings (one engine call each), in order of arrival."""
+    """The batch split by sampling settings but `max_tokens` (one engine call each), in order
+    of arrival."""
     groups: dict[SamplingParams, list[_Pending]] = {}
     for p in batch:
-        groups.setdefault(p.sampling, []).append(p)
+        groups.setdefault(replace(p.sampling, max_tokens=1), []).append(p)
     return list(groups.items())
+
+
+def cut_to(response: Response, max_tokens: int) -> Response:
+    """`response` as a call with `max_tokens` would have ended it (module docstring)."""
+    if len(response.token_ids) <= max_tokens:
+        return response
+    return Response(response.token_ids[:max_tokens], response.logprobs[:max_tokens], "length",
+                    response.top_logprobs[:max_tokens])
