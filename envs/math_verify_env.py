@@ -147,9 +147,6 @@ class MathVerifyEnv(gymnasium.Env):
         self._actions = np.zeros(self.response_length, dtype=np.int64)
         self._num_actions = 0
         self._running = False
-        # Texts `verify_responses` decoded, by token bytes: `_finish` reuses them instead of
-        # decoding the same response twice (a decode costs as much as the rest of an episode).
-        self._verified_texts: dict[bytes, str] = {}
 
     # --- gymnasium API --------------------------------------------------------------------------
     def reset(
@@ -247,13 +244,16 @@ class MathVerifyEnv(gymnasium.Env):
                 "responses; pass one prompt index per response"
             )
         texts, answers = [], []
-        self._verified_texts = {}
         for index, response in zip(prompt_indices, responses):
             tokens = self._check_tokens(response)
             end, _ = self._episode_end(tokens, 0)
-            texts.append(self._decode(tokens[:end], keep=True))
+            texts.append(self._decode(tokens[:end]))
             answers.append(self._problems.answers[self._check_prompt_index(index)])
-        return self._verifier.score_batch(texts, answers)
+        # Each verdict carries its text to `step_chunk`, which would otherwise decode the same
+        # response again (a decode costs as much as the rest of an episode).
+        return [Verification(v.score, v.correct, v.extracted, v.timed_out, v.error, v.fast_path,
+                             text)
+                for v, text in zip(self._verifier.score_batch(texts, answers), texts)]
 
     def verify_text(self, prompt_index: int, text: str) -> Verification:
         """Score `text` as the answer to problem `prompt_index`, counted in `verifier_metrics()`
@@ -378,22 +378,18 @@ class MathVerifyEnv(gymnasium.Env):
             return int(eos[0]) + 1, True
         return limit, False
 
-    def _decode(self, tokens: np.ndarray, *, keep: bool = False) -> str:
-        """The response text (special tokens skipped); `keep` it for `_finish` to reuse."""
+    def _decode(self, tokens: np.ndarray) -> str:
+        """The response text (special tokens skipped)."""
         # An array, not a list: transformers checks a list's items one by one in Python.
-        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-        if keep:
-            self._verified_texts[tokens.tobytes()] = text
-        return text
+        return self.tokenizer.decode(tokens, skip_special_tokens=True)
 
     def _finish(self, verification: Verification | None) -> tuple[float, dict[str, Any]]:
         """End the episode: score the response (unless precomputed) and build the final info."""
         self._running = False
-        tokens = self._actions[: self._num_actions]
-        # Decoding is a function of the token ids alone: a text kept for them is exact.
-        text = self._verified_texts.pop(tokens.tobytes(), None)
+        # A precomputed verdict carries the text `verify_responses` decoded from this response.
+        text = None if verification is None else verification.text
         if text is None:
-            text = self._decode(tokens)
+            text = self._decode(self._actions[: self._num_actions])
         if verification is None:
             verification = self._verifier.score(text, self._problems.answers[self._prompt_index])
         self._counters.add(verification)

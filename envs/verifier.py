@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rllib_llm.envs.answer_extraction import (
     EXTRACTIONS,
@@ -66,6 +66,9 @@ class Verification:
             math-verify's own limit before it found the answer equal.
         error: why the comparison failed (an exception or a dead worker), else None.
         fast_path: decided in process, without math-verify.
+        text: the response text the verdict is on, where the caller decoded it (an env's
+            `verify_responses`) for the step that ends the episode to reuse; None elsewhere.
+            Neither compared nor part of `as_info`.
     """
 
     score: float
@@ -74,6 +77,7 @@ class Verification:
     timed_out: bool = False
     error: str | None = None
     fast_path: bool = False
+    text: str | None = field(default=None, compare=False)
 
     def as_info(self) -> dict:
         """The verdict as a plain dict (for episode infos)."""
