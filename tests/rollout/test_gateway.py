@@ -226,3 +226,15 @@ def test_requests_differing_only_in_max_tokens_share_one_engine_call_each_cut_at
                                                                  alone.finish_reason)
         assert response.logprobs == pytest.approx(alone.logprobs, abs=1e-5)
     assert generated[0].responses[0].finish_reason == "length"  # a cut one is among them
+
+
+def test_with_a_context_bound_a_call_keeps_each_prompt_plus_the_largest_limit_within_it():
+    from rllib_llm.rollout.gateway.batching import fit_context
+
+    shapes = [(90, 10), (10, 90), (50, 40), (95, 5)]  # (prompt length, max_tokens), each = 100
+    assert fit_context(shapes, None) == [[0, 1, 2, 3]]
+    calls = fit_context(shapes, 100)
+    assert sorted(i for c in calls for i in c) == [0, 1, 2, 3]
+    for call in calls:
+        assert max(shapes[i][0] for i in call) + max(shapes[i][1] for i in call) <= 100
+    assert fit_context(shapes, 200) == [[1, 2, 0, 3]]  # all fit: largest limit first

@@ -10,7 +10,10 @@ response is cut at its own request's limit (`cut_to`). A call's `max_tokens` is 
 episode's context has left, so in multi-turn runs nearly every episode's differs, and grouping
 by it decoded them one engine call each. The cut is exact: rows are sampled independently, so a
 response's first m tokens are distributed as with `max_tokens=m`, and one that ran past m had
-met no EOS or stop sequence within them.
+met no EOS or stop sequence within them. Rows of a shorter limit run on to the largest, so an
+engine with a context bound (vLLM's `max_model_len`) gets only calls whose longest prompt plus
+that largest limit fits it (`fit_context`); the torch engine has none (the tokens past a row's
+limit are dropped, and under causal attention they changed none before it).
 (Agents started together reach the gateway over tens of milliseconds on a loaded CPU: one fixed
 window would cut them into several small batches, each costing a whole decode.) A batch that
 holds as many requests as there are open episodes is decoded at once: nobody else can be on the
@@ -80,6 +83,7 @@ class EngineBatcher:
         self.window_s = window_s
         self.max_wait_s = max_wait_s
         self.open_episodes = open_episodes
+        self.context: int | None = getattr(engine, "max_model_len", None)
         self.stats = BatchStats()
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-engine")
@@ -105,8 +109,10 @@ class EngineBatcher:
                     batch.append(self._queue.get_nowait())
             while not self._queue.empty():
                 batch.append(self._queue.get_nowait())
-            for sampling, pending in _by_sampling(batch):
-                await self._decode(sampling, pending)
+            for sampling, same in _by_sampling(batch):
+                shapes = [(len(p.prompt_ids), p.sampling.max_tokens) for p in same]
+                for call in fit_context(shapes, self.context):
+                    await self._decode(sampling, [same[i] for i in call])
 
     def _everyone_waits(self, batch: Sequence[_Pending]) -> bool:
         """Whether the batch holds a request per open episode (no other can be coming)."""
@@ -151,6 +157,23 @@ def _by_sampling(batch: Sequence[_Pending]) -> list[tuple[SamplingParams, list[_
     for p in batch:
         groups.setdefault(replace(p.sampling, max_tokens=1), []).append(p)
     return list(groups.items())
+
+
+def fit_context(shapes: Sequence[tuple[int, int]], context: int | None) -> list[list[int]]:
+    """Requests of one sampling group, as (prompt length, `max_tokens`), split into calls whose
+    longest prompt + largest `max_tokens` is at most `context` (None: one call); the indices of
+    each call's requests. Each request fits alone (the service bounds its `max_tokens` by the
+    context), so each joins the first call it fits, largest limit first."""
+    if context is None:
+        return [list(range(len(shapes)))]
+    calls: list[list[int]] = []
+    for i in sorted(range(len(shapes)), key=lambda i: -shapes[i][1]):
+        call = next((c for c in calls if shapes[i][0] + shapes[c[0]][1] <= context), None)
+        if call is None:
+            calls.append([i])
+        else:
+            call.append(i)
+    return calls
 
 
 def cut_to(response: Response, max_tokens: int) -> Response:
