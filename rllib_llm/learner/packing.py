@@ -73,9 +73,11 @@ class EpisodeTokens:
     sequence: int = 0
 
 
-def episode_tokens(episode: Any) -> EpisodeTokens:
-    """Rebuild one SingleAgentEpisode's prompt and response tokens."""
-    infos = episode.get_infos()
+def episode_tokens(episode: Any, infos: Sequence[Mapping[str, Any]] | None = None
+                   ) -> EpisodeTokens:
+    """Rebuild one SingleAgentEpisode's prompt and response tokens (`infos`: its
+    `get_infos()`, where the caller holds them already: RLlib builds the list on every call)."""
+    infos = episode.get_infos() if infos is None else infos
     actions = np.asarray(episode.get_actions(), dtype=np.int64)  # (k,)
     logps = np.asarray(episode.get_extra_model_outputs(ACTION_LOGP), dtype=np.float32)  # (k,)
     rewards = np.asarray(episode.get_rewards(), dtype=np.float32)  # (k,)
@@ -103,8 +105,9 @@ def episode_rows(episode: Any) -> list[EpisodeTokens]:
     """One SingleAgentEpisode's rows: the episode itself, or one row per sequence where a step
     info ends a sequence (`NEXT_PROMPT_IDS`: the next one's prompt). Each row keeps the
     episode's score, verdict, group and truncation."""
-    whole = episode_tokens(episode)
-    breaks = _sequence_breaks(episode.get_infos()[1:])
+    infos = episode.get_infos()
+    whole = episode_tokens(episode, infos)
+    breaks = _sequence_breaks(infos[1:])
     if not breaks:
         return [whole]
     # A sequence ends on an action with no env tokens after it: cut just past that action.
