@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import TypeVar
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 
 from rllib_llm.rollout.gateway.episodes import EpisodeRecord, EpisodeRegistry
@@ -28,6 +30,7 @@ from rllib_llm.rollout.gateway.wire import (
 )
 
 logger = logging.getLogger(__name__)
+Body = TypeVar("Body", bound=BaseModel)
 
 
 def make_app(service: GatewayService, episodes: EpisodeRegistry) -> FastAPI:
@@ -56,13 +59,21 @@ def make_app(service: GatewayService, episodes: EpisodeRegistry) -> FastAPI:
     async def models(record: EpisodeRecord = Depends(episode)):
         return JSONResponse(service.models())
 
+    # The completions routes take the raw request: FastAPI's body parameter (its dependency
+    # solving, `json.loads`, pydantic's validation of Python objects) cost ~0.3 ms of the
+    # ~1.5 ms a call spends in the server thread; pydantic validating the JSON bytes itself
+    # does the same checks and raises the same errors.
     @app.post("/v1/chat/completions")
-    async def chat(body: ChatCompletionRequest, record: EpisodeRecord = Depends(episode)):
+    async def chat(request: Request):
+        record = await episode(request)
+        body = await _body(request, ChatCompletionRequest)
         _refuse_streaming(body.stream)
         return JSONResponse(await service.chat(body, record))
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionRequest, record: EpisodeRecord = Depends(episode)):
+    async def completions(request: Request):
+        record = await episode(request)
+        body = await _body(request, CompletionRequest)
         _refuse_streaming(body.stream)
         return JSONResponse(await service.completion(body, record))
 
@@ -92,6 +103,16 @@ def make_app(service: GatewayService, episodes: EpisodeRegistry) -> FastAPI:
                                        type="server_error"), status_code=500)
 
     return app
+
+
+async def _body(request: Request, model: type[Body]) -> Body:
+    """The request's JSON body as `model`; a malformed one raises what FastAPI's body parameter
+    raises (`RequestValidationError`, each error's location under "body"), answered with 400."""
+    try:
+        return model.model_validate_json(await request.body())
+    except ValidationError as e:
+        raise RequestValidationError([{**err, "loc": ("body", *err["loc"])}
+                                      for err in e.errors(include_url=False)]) from None
 
 
 def _refuse_streaming(stream: bool) -> None:
