@@ -97,7 +97,9 @@ def measure(args, unpadded: bool) -> dict:
     module = build(args.path, unpadded, args)
     module.to(device).train()
     # As the learner does: on a GPU an "auto" budget is what fits the device's share.
-    sized = module.size_for_device(args.device_memory_share)
+    budgets = module.size_for_device(args.device_memory_share)
+    module.use_budgets(budgets)
+    sized = budgets.note
     vocab = module.model.config.vocab_size
     update(module, random_batch(args, vocab, seed=0), device)  # warm-up (compiles, allocator)
     if device.type == "cuda":

@@ -111,9 +111,11 @@ class RLVRLearner(TorchLearner):
         device = module_device(module)
         self._device_is_gpu = is_gpu(device)
         # "auto" budgets and checkpointing, for the device the module now computes on.
-        sized = module.size_for_device(cfg.device_memory_share)
+        budgets = module.size_for_device(cfg.device_memory_share)
+        module.use_budgets(budgets)
         rank, world = data_parallel.rank_and_world()
-        announce("the learner" if world == 1 else f"learner {rank} of {world}", device, sized)
+        announce("the learner" if world == 1 else f"learner {rank} of {world}", device,
+                 budgets.note)
 
     def configure_optimizers_for_module(self, module_id, config=None) -> None:
         """One Adam optimizer (RLlib's default, under RLlib's default name), or with a critic

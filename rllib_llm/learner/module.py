@@ -12,6 +12,7 @@ one forward per token. Token t of the response is predicted by the logits at pos
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -59,6 +60,23 @@ VALUE_HEAD = "value_head"  # a value head on the policy's own trunk
 POST_HEAD_SETTINGS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 # What env runners (inference_only=True) never build, hold or receive.
 NON_INFERENCE = (REFERENCE, CRITIC, VALUE_HEAD, TEACHER)
+
+
+@dataclass(frozen=True)
+class DeviceBudgets:
+    """The learner settings whose "auto" depends on the device the module computes on.
+
+    Attributes:
+        micro_batch_tokens: the micro-batch token budget every learner pass keeps (None: none).
+        gradient_checkpointing: the trunks recompute layer activations in backward.
+        autocast_dtype: the dtype learner passes autocast to (None: off).
+        note: what was sized for the device, for the learner's device line ("" if nothing).
+    """
+
+    micro_batch_tokens: int | None
+    gradient_checkpointing: bool
+    autocast_dtype: torch.dtype | None
+    note: str = ""
 
 
 def position_ids_for(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -110,10 +128,6 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
         loads = dict(dtype=cfg["model_dtype"], attn_implementation=attention)
         self.model = load_model(cfg["model_name_or_path"], **loads)
         self.entropy_grad = bool(cfg.get("entropy_grad", True))
-        # The learner's micro-batch budget, which scoring passes keep too ("auto": the CPU's, until
-        # the learner sizes it for its device: `size_for_device`).
-        tokens = cfg.get("micro_batch_tokens")
-        self.micro_batch_tokens = CPU_MICRO_BATCH_TOKENS if tokens == AUTO else tokens
         self.micro_batch_rows = cfg.get("micro_batch_rows")
         # LoRA (models/lora.py): the learner trains adapters on the frozen base; env runners hold
         # plain weights and receive merged ones. The reference is the base, adapters off.
@@ -122,8 +136,6 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
         if self._adapters:
             lora.add_adapters(self.model, self.lora)
         self.fused_kernels = bool(cfg.get("fused_kernels")) and not self.inference_only
-        # "auto": the CPU's choice until `size_for_device` settles it for the learner's device.
-        self.autocast_dtype = self._autocast_on(torch.device("cpu"))
         self.remove_padding = bool(cfg.get("remove_padding")) and not self.inference_only
         self._check_hidden_paths(self.model)
         self._reference_is_base = self._adapters and bool(cfg.get("use_reference"))
@@ -139,8 +151,6 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
             self._check_hidden_paths(teacher)
             self.teacher_model = teacher.eval()
         critic = cfg.get("critic")
-        self.gradient_checkpointing = cfg.get("gradient_checkpointing") is True and \
-            not self.inference_only
         if critic and not self.inference_only:
             if critic["shares_trunk"]:
                 self.value_head = value_head(self.model.config.hidden_size,
@@ -149,9 +159,31 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
                 self.critic = load_value_model(critic["model_name_or_path"], **loads)
                 if self.remove_padding:
                     remove_padding.check_packed_rows(self.critic.trunk)
-        if self.gradient_checkpointing:
+        # The budgets where the module is built, the CPU ("auto": the CPU's), until the learner
+        # has placed it and takes the budgets sized for its device (`size_for_device`,
+        # `use_budgets`).
+        tokens = cfg.get("micro_batch_tokens")
+        self.budgets = DeviceBudgets(
+            micro_batch_tokens=CPU_MICRO_BATCH_TOKENS if tokens == AUTO else tokens,
+            gradient_checkpointing=cfg.get("gradient_checkpointing") is True
+            and not self.inference_only,
+            autocast_dtype=self._autocast_on(torch.device("cpu")))
+        if self.budgets.gradient_checkpointing:
             for trunk in self._trunks():
                 enable_gradient_checkpointing(trunk)
+
+    @property
+    def micro_batch_tokens(self) -> int | None:
+        """The learner's micro-batch token budget, which scoring passes keep too."""
+        return self.budgets.micro_batch_tokens
+
+    @property
+    def gradient_checkpointing(self) -> bool:
+        return self.budgets.gradient_checkpointing
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        return self.budgets.autocast_dtype
 
     def _autocast_on(self, device: torch.device) -> torch.dtype | None:
         """The dtype this module's learner passes autocast to on `device` (None: off)."""
@@ -173,49 +205,55 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
         critic_trunk = getattr(getattr(self, CRITIC, None), "trunk", None)
         return [t for t in (self.model, critic_trunk) if t is not None]
 
-    def size_for_device(self, share: float, free_bytes: int | None = None) -> str:
-        """Settle the "auto" learner settings for the device the module is on, once the learner
-        has placed it there. On a GPU: gradient checkpointing on (where every trunk supports
-        it), and the micro-batch budget what fits `share` of the GPU's free memory
-        (exchange/memory_budgets.py). On a CPU the defaults of `setup` stay. On either, an
-        "auto" autocast_dtype is bfloat16 where the device computes it natively
-        (exchange/precision.py), and an explicit bf16 that the CPU emulates warns once.
+    def size_for_device(self, share: float, free_bytes: int | None = None) -> DeviceBudgets:
+        """The "auto" learner settings for the device the module is on, once the learner has
+        placed it there (`use_budgets` takes them; this changes nothing). On a GPU: gradient
+        checkpointing on (where every trunk supports it), and the micro-batch budget what fits
+        `share` of the GPU's free memory (exchange/memory_budgets.py). On a CPU the budgets of
+        `setup` stay. On either, an "auto" autocast_dtype is bfloat16 where the device computes
+        it natively (exchange/precision.py), and an explicit bf16 that the CPU emulates warns
+        once.
 
-        `free_bytes`: the device's free memory (default: asked of torch, now). Returns what was
-        sized, for the learner's device line; "" when nothing was.
+        `free_bytes`: the device's free memory (default: asked of torch, now).
         """
         cfg = self.model_config
         device = module_device(self.model)
         if self.remove_padding:
             remove_padding.check_attention_for_device(self.model, device)
         if self.inference_only:
-            return ""
+            return self.budgets
         # bf16 only where the device computes it natively ("auto"); a warning where it is asked
         # for explicitly and emulated.
-        self.autocast_dtype = self._autocast_on(device)
+        autocast = self._autocast_on(device)
         notes = [note for note in (precision_note(cfg.get("autocast_dtype"), device),) if note]
         warn_if_emulated(cfg.get("autocast_dtype"), device, setting="autocast_dtype")
         warn_if_emulated(cfg["model_dtype"], device, setting="model_dtype")
         if free_bytes is None:
             free_bytes = free_device_bytes(device)
         if free_bytes is None:
-            return ", ".join(notes)
+            return replace(self.budgets, autocast_dtype=autocast, note=", ".join(notes))
+        checkpointing, tokens = self.budgets.gradient_checkpointing, self.budgets.micro_batch_tokens
         if cfg.get("gradient_checkpointing") == AUTO:
-            trunks = self._trunks()
-            if all(getattr(t, "supports_gradient_checkpointing", False) for t in trunks):
-                for trunk in trunks:
-                    enable_gradient_checkpointing(trunk)
-                self.gradient_checkpointing = True
-            notes.append(f"gradient_checkpointing={self.gradient_checkpointing} (auto)")
+            checkpointing = all(getattr(t, "supports_gradient_checkpointing", False)
+                                for t in self._trunks())
+            notes.append(f"gradient_checkpointing={checkpointing} (auto)")
         if cfg.get("micro_batch_tokens") == AUTO:
             others = [getattr(self, name) for name in NON_INFERENCE if hasattr(self, name)]
             shape = model_shape(self.model, others=others, trained=True)
             free_before = free_bytes + shape.weight_bytes  # (its weights are there already)
-            _, self.micro_batch_tokens = budgets_for_device(
-                free_before, share, shape, gradient_checkpointing=self.gradient_checkpointing)
-            notes.append(f"max_tokens_per_micro_batch={self.micro_batch_tokens} "
+            _, tokens = budgets_for_device(free_before, share, shape,
+                                           gradient_checkpointing=checkpointing)
+            notes.append(f"max_tokens_per_micro_batch={tokens} "
                          f"({sizing_note(free_before, share)})")
-        return ", ".join(notes)
+        return DeviceBudgets(tokens, checkpointing, autocast, ", ".join(notes))
+
+    def use_budgets(self, budgets: DeviceBudgets) -> None:
+        """Take `budgets` (`size_for_device`'s) as this module's: the one change to them after
+        `setup`, made by the learner once it has placed the module on its device."""
+        if budgets.gradient_checkpointing and not self.budgets.gradient_checkpointing:
+            for trunk in self._trunks():
+                enable_gradient_checkpointing(trunk)
+        self.budgets = budgets
 
     def train(self, mode: bool = True):
         """The learner switches the module to training mode; the reference stays in eval mode

@@ -172,16 +172,23 @@ def learner_module(**training) -> RLVRModule:
     return RLVRModule(**SPACES, model_config=spec.model_config)
 
 
+def sized(module: RLVRModule, share: float, free_bytes: int | None = None) -> str:
+    """Size `module` for its device as the learner does; what was sized."""
+    budgets = module.size_for_device(share, free_bytes=free_bytes)
+    module.use_budgets(budgets)
+    return budgets.note
+
+
 def test_the_learner_module_on_a_cpu_keeps_the_fixed_defaults():
     module = learner_module()
-    assert module.size_for_device(0.45) == ""  # its parameters are on the CPU: nothing sized
+    assert sized(module, 0.45) == ""  # its parameters are on the CPU: nothing sized
     assert module.micro_batch_tokens == 4096
     assert module.gradient_checkpointing is False and not module.model.is_gradient_checkpointing
 
 
 def test_the_learner_module_on_a_gpu_sizes_its_budget_and_checkpoints():
     module = learner_module(use_kl_loss=True)  # a reference model beside the policy
-    note = module.size_for_device(0.45, free_bytes=20 * GIB)
+    note = sized(module, 0.45, free_bytes=20 * GIB)
     assert module.gradient_checkpointing and module.model.is_gradient_checkpointing
     shape = mb.model_shape(module.model, others=[module.reference_model], trained=True)
     assert shape.weight_bytes == 2 * shape.trained_bytes  # the reference: weights, not trained
@@ -196,7 +203,7 @@ def test_a_separate_critic_is_trained_memory_and_checkpointed_too():
     gae = dict(adv_estimator="gae", num_return_sequences_in_group=1)
     module = RLVRModule(**SPACES, model_config=embedded_config(
         "ppo", **(SMALL | gae)).get_default_rl_module_spec().model_config)
-    module.size_for_device(0.45, free_bytes=20 * GIB)
+    sized(module, 0.45, free_bytes=20 * GIB)
     assert module.critic.trunk.is_gradient_checkpointing and module.model.is_gradient_checkpointing
     shape = mb.model_shape(module.model, others=[module.critic], trained=True)
     assert shape.trained_bytes == shape.weight_bytes > mb.model_shape(module.model).weight_bytes
@@ -206,10 +213,10 @@ def test_a_separate_critic_is_trained_memory_and_checkpointed_too():
 
 def test_explicit_learner_settings_win_on_a_gpu():
     module = learner_module(max_tokens_per_micro_batch=512, gradient_checkpointing=False)
-    assert module.size_for_device(0.45, free_bytes=80 * GIB) == ""
+    assert sized(module, 0.45, free_bytes=80 * GIB) == ""
     assert module.micro_batch_tokens == 512 and not module.model.is_gradient_checkpointing
     unbounded = learner_module(max_tokens_per_micro_batch=None)
-    unbounded.size_for_device(0.45, free_bytes=80 * GIB)
+    sized(unbounded, 0.45, free_bytes=80 * GIB)
     assert unbounded.micro_batch_tokens is None
 
 

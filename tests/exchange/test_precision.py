@@ -83,10 +83,14 @@ def test_the_learner_module_settles_auto_for_its_device(cpu_bf16, native):
     cpu_bf16(native)
     spec = embedded_config("ppo", autocast_dtype="auto").get_default_rl_module_spec()
     module = RLVRModule(**SPACES, model_config=spec.model_config)
-    note = module.size_for_device(0.5)
-    assert module.autocast_dtype == (torch.bfloat16 if native else None)
+    before = module.budgets
+    budgets = module.size_for_device(0.5)
+    assert module.budgets is before  # sizing changes nothing: the learner takes the budgets
+    module.use_budgets(budgets)
+    assert module.autocast_dtype == budgets.autocast_dtype == (
+        torch.bfloat16 if native else None)
     assert ("autocast_dtype=bfloat16 (auto: native bf16)" if native else
-            "autocast_dtype=None (auto: no native bf16: float32)") in note
+            "autocast_dtype=None (auto: no native bf16: float32)") in budgets.note
     # Env runners' modules (inference_only) never autocast: the engine decides for sampling.
     runner = RLVRModule(**SPACES, model_config=spec.model_config, inference_only=True)
     assert runner.autocast_dtype is None
@@ -98,8 +102,8 @@ def test_a_learner_module_with_explicit_bf16_on_an_emulating_cpu_warns(cpu_bf16,
     spec = embedded_config("ppo", autocast_dtype="bfloat16").get_default_rl_module_spec()
     module = RLVRModule(**SPACES, model_config=spec.model_config)
     with pytest.warns(RuntimeWarning, match="autocast_dtype='bfloat16'.*70x slower"):
-        module.size_for_device(0.5)
-    assert module.autocast_dtype == torch.bfloat16  # warned, not overruled
+        budgets = module.size_for_device(0.5)
+    assert budgets.autocast_dtype == torch.bfloat16  # warned, not overruled
 
 
 def test_auto_passes_the_config_rules_as_bfloat16_does():

@@ -6,6 +6,8 @@ critic, and with gradient checkpointing."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -97,7 +99,8 @@ def test_a_cut_micro_batch_scores_as_the_padded_batch():
     batch = {"input_ids": input_ids, "attention_mask": attention,
              "response_ids": input_ids[:, p:].clone()}
     whole = module.score_tokens(batch, reference=False)  # (4, T)
-    module.micro_batch_tokens = 12  # rows 0, 2 and 3 fit together; row 1 (13 tokens) alone
+    # Rows 0, 2 and 3 fit together; row 1 (13 tokens) alone.
+    module.use_budgets(dataclasses.replace(module.budgets, micro_batch_tokens=12))
     cut = module.score_tokens(batch, reference=False)
     mask = attention[:, p:].bool()
     torch.testing.assert_close(cut[mask], whole[mask], rtol=1e-5, atol=1e-6)
