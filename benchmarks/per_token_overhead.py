@@ -95,9 +95,11 @@ def main() -> None:
     from rllib_llm.rollout.env_runner import RLVREnvRunner
     from rllib_llm.rollout.episode_building import build_episodes
 
+    # The model is never called, so responses may run past its context; prompt_length is set,
+    # not left to what the context leaves after the response (negative at 1,024 tokens).
     config = embedded_config("topr", rollout_batch_size=args.prompts,
                              num_return_sequences_in_group=args.group,
-                             response_length=args.tokens)
+                             response_length=args.tokens, prompt_length=64)
     runner = RLVREnvRunner(config=config)
     env = runner.env
     indices, responses = synthetic_responses(env, args.prompts, args.group, args.tokens)
