@@ -225,6 +225,29 @@ def test_text_completions_answer_top_logprobs_as_dicts(real_engine, hf_model):
         assert max(alternatives.values()) >= sampled
 
 
+def test_top_p_leaves_torchs_alternatives_and_cuts_vllms_to_the_nucleus(real_engine, hf_model):
+    """Under top-p the torch engine reports log-probs before the filter, as the learner computes
+    them; vLLM renormalises over the nucleus (vllm_engine.py), so a token outside it has -inf,
+    answered -9999.0 (JSON has no infinity)."""
+    name, engine = real_engine
+    forced = SamplingParams(temperature=1.0, top_p=0.5)
+    with Gateway(engine, TOK, ServiceSettings(forced=forced), window_s=0.0) as gateway:
+        episode = gateway.open_episode()
+        client = openai.OpenAI(base_url=episode.base_url, api_key=episode.api_key, max_retries=0)
+        # After the generation prompt's newline "a" holds ~all the mass: a nucleus of one token.
+        first = client.chat.completions.create(
+            model=episode.model, messages=[{"role": "user", "content": "q"}], max_tokens=1,
+            seed=0, logprobs=True, top_logprobs=2).choices[0].logprobs.content[0]
+        (call,) = gateway.close_episode(episode).calls
+    assert call.completion_ids == (A,) and [t.token for t in first.top_logprobs][0] == "a"
+    if name == "vllm":
+        assert first.logprob == 0.0 and first.top_logprobs[1].logprob == -9999.0
+    else:
+        teacher = teacher_forced(hf_model, [*call.prompt_ids, A], 1.0)[-1].topk(2)
+        assert torch.allclose(torch.tensor([t.logprob for t in first.top_logprobs]),
+                              teacher.values, atol=TOLERANCE[name], rtol=0)
+
+
 @pytest.mark.parametrize("real_engine", [pytest.param("vllm", marks=pytest.mark.vllm)],
                          indirect=True)
 def test_a_prompt_past_vllms_context_gets_400_not_a_failed_batch(real_engine):
