@@ -107,6 +107,20 @@ class PartitionedWeights:
             yield bucket
 
 
+def _skip_shared_memory_all_reduce() -> None:
+    """Keep DeepSpeed from compiling its shared-memory all-reduce when it starts its process group.
+
+    On a CPU, DeepSpeed's communication backend JIT-compiles a C++ op (`deepspeed_shm_comm`) as it
+    starts, whenever the op is marked compatible: 60-140 s on 2 cores the first time on each
+    machine (measured in `make test`), and a C++ compiler required. Only `inference_all_reduce`
+    (tensor-parallel inference) uses it; ZeRO's reductions here go through torch.distributed
+    (gloo or NCCL), so marking it incompatible changes no update. DeepSpeed caches the probed
+    table in `deepspeed.ops`, and edits to it persist (deepspeed/ops/__init__.py)."""
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+
+
 def _unique(params: list[torch.nn.Parameter]) -> list[torch.nn.Parameter]:
     return list({id(p): p for p in params}.values())
 
@@ -122,6 +136,7 @@ class DeepSpeedRLVRLearner(RLVRLearner):
         except ImportError as e:
             raise ImportError(f"learner_strategy='deepspeed' needs DeepSpeed: {INSTALL_HINT}") \
                 from e
+        _skip_shared_memory_all_reduce()
         # DeepSpeed places the engine on device LOCAL_RANK: the one RLlib gave this learner.
         device = torch.device(self._device)
         os.environ.setdefault("LOCAL_RANK", str(device.index or 0))
