@@ -2,7 +2,8 @@
 started in (cli/paths.py), as docs/CLI.md writes them (`rllib-llm eval runs/topr`). A relative
 run directory used to reach pyarrow as a URI with no scheme ("URI has empty scheme", a 35-line
 traceback) while the same directory given absolute worked. The runs themselves are in
-test_cli_eval.py (eval, export of a relative run directory)."""
+test_cli_eval.py (eval, export of a relative run directory) and test_cli_train.py (train a
+relative file into a relative run directory, then eval it, as docs/CLI.md writes them)."""
 
 from __future__ import annotations
 
@@ -100,39 +101,3 @@ def test_plot_of_a_relative_run_directory_writes_beside_it(tmp_path, monkeypatch
     assert main(["plot", "runs/demo"]) == 0
     assert capsys.readouterr().out.splitlines()[-2:] == [
         str(run_dir / "curves_by_iteration.png"), str(run_dir / "curves_by_time.png")]
-
-
-@pytest.mark.slow  # a one-iteration Tune run and an eval of it: ~60 s on 2 shared cores
-def test_train_then_eval_with_relative_paths_as_the_docs_write_them(tmp_path):
-    """`rllib-llm train a.yaml --run-dir runs/a`, a relative dataset in the file, then
-    `rllib-llm eval runs/a`: Tune ran the trial in its trial directory, where data/p.jsonl did
-    not exist (the checks before Ray had passed it), and eval failed in pyarrow."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    (tmp_path / "data").mkdir()
-    for name, first in (("p.jsonl", 0), ("test.jsonl", 100)):
-        (tmp_path / "data" / name).write_text("".join(
-            json.dumps({"prompt": f"{i}+1=", "answer": str(i + 1)}) + "\n"
-            for i in range(first, first + 16)))
-    write_config(tmp_path / "a.yaml", """\
-        environment: {env: math_verify, env_config: {dataset: data/p.jsonl}}
-        training: {pg_variant: topr, rollout_batch_size: 4, num_return_sequences_in_group: 2,
-                   response_length: 4}
-        evaluation: {evaluation_config: {eval_dataset: data/test.jsonl}}
-        debugging: {seed: 0, log_level: ERROR}
-        run: {iterations: 1}
-    """)
-    cli = [sys.executable, "-m", "rllib_llm.cli"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    train = subprocess.run([*cli, "train", "a.yaml", "--run-dir", "runs/a"], cwd=tmp_path,
-                           env=env, capture_output=True, text=True, timeout=300)
-    assert train.returncode == 0, (train.stdout + train.stderr)[-3000:]
-    assert f"run directory: {tmp_path}/runs/a " in train.stdout
-    evaluated = subprocess.run([*cli, "eval", "runs/a", "--num-problems", "2", "--json"],
-                               cwd=tmp_path, env=env, capture_output=True, text=True,
-                               timeout=300)
-    assert evaluated.returncode == 0, (evaluated.stdout + evaluated.stderr)[-3000:]
-    assert json.loads(evaluated.stdout.splitlines()[-1])["num_problems"] == 2

@@ -37,9 +37,9 @@ COMPARED = ("env_runners/episode_return_mean", "env_runners/accuracy",
             "learners/default_policy/loss", "learners/default_policy/entropy")
 
 
-def train(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def train(*args: str, timeout: float = 300, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     run = subprocess.run([*CLI, "train", *args], capture_output=True, text=True, env=ENV,
-                         timeout=timeout, cwd=ROOT)
+                         timeout=timeout, cwd=cwd)
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     return run
 
@@ -168,14 +168,36 @@ def test_a_killed_run_resumes_from_its_last_checkpoint_and_ends_like_an_unbroken
     assert_resume_refused(straight)
 
 
+def write_problems(path: Path, first: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"prompt": f"{i}+1=", "answer": str(i + 1)}) + "\n"
+                            for i in range(first, first + 16)))
+
+
 def test_checkpoints_are_kept_by_recency_or_by_a_metric(tmp_path):
+    """Also relative paths as docs/CLI.md writes them (`rllib-llm train a.yaml --run-dir runs/a`,
+    a relative dataset in the file, then `rllib-llm eval runs/a`): Tune ran the trial in its
+    trial directory, where data/p.jsonl did not exist (the checks before Ray had passed it), and
+    eval of a relative run directory failed in pyarrow (tests/cli/test_cli_paths.py parses
+    each subcommand's paths)."""
     config = tmp_path / "small.yaml"
     config.write_text(SMALL_RUN)
-    recent = tmp_path / "recent"
-    train(str(config), "--run-dir", str(recent), "--set", "run.iterations=5",
-          "--set", "run.checkpoint_every=1")
+    write_problems(tmp_path / "data" / "p.jsonl", 0)
+    write_problems(tmp_path / "data" / "test.jsonl", 100)
+    (tmp_path / "relative.yaml").write_text(
+        SMALL_RUN.replace("dataset: arithmetic, dataset_kwargs: {max_operand: 4, test_size: 8}",
+                          "dataset: data/p.jsonl")
+        + "evaluation: {evaluation_config: {eval_dataset: data/test.jsonl}}\n")
+    run = train("relative.yaml", "--run-dir", "runs/recent", "--set", "run.iterations=5",
+                "--set", "run.checkpoint_every=1", cwd=tmp_path)
+    recent = tmp_path / "runs" / "recent"
+    assert f"run directory: {recent} " in run.stdout
     kept = sorted(p.name for p in trial_dir(recent).glob("checkpoint_*"))
     assert kept == ["checkpoint_000003", "checkpoint_000004"]  # iterations 4 and 5
+    evaluated = subprocess.run([*CLI, "eval", "runs/recent", "--num-problems", "2", "--json"],
+                               cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    assert evaluated.returncode == 0, (evaluated.stdout + evaluated.stderr)[-3000:]
+    assert json.loads(evaluated.stdout.splitlines()[-1])["num_problems"] == 2
 
     best = tmp_path / "best"
     train(str(config), "--run-dir", str(best), "--set", "run.iterations=5",
