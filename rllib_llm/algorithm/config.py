@@ -274,13 +274,18 @@ class RLVRConfig(AlgorithmConfig):
             from rllib_llm.learner.deepspeed_learner import DeepSpeedRLVRLearner
 
             return DeepSpeedRLVRLearner
+        if self.learner_strategy == "fsdp2":
+            from rllib_llm.learner.fsdp2_learner import FSDP2RLVRLearner
+
+            return FSDP2RLVRLearner
         from rllib_llm.learner.learner import RLVRLearner
 
         return RLVRLearner
 
     def build_learner_group(self, *, env=None, spaces=None, rl_module_spec=None,
                             placement_group=None):
-        """RLlib's LearnerGroup, with DeepSpeed learners' state gathered by all of them."""
+        """RLlib's LearnerGroup, with sharded (DeepSpeed, FSDP2) learners' state gathered by all
+        of them."""
         from rllib_llm.learner.learner_group import RLVRLearnerGroup
 
         if rl_module_spec is None:

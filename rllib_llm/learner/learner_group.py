@@ -1,12 +1,12 @@
-"""`RLVRLearnerGroup`: RLlib's LearnerGroup, except that DeepSpeed learners hand over their state
-together.
+"""`RLVRLearnerGroup`: RLlib's LearnerGroup, except that sharded learners (DeepSpeed, FSDP2) hand
+over their state together.
 
 RLlib asks one learner (the first healthy one) for the group's state: weight syncs, checkpoints,
-`get_weights`. A DeepSpeed learner's state is partitioned — Adam's moments under ZeRO-2, the
-weights too under ZeRO-3 — and gathering it is a collective every rank must join, so here every
-learner is asked at once and the first rank's answer is the group's (the others gather their
-pieces for it and return nothing). `local_learner` is the public way to the learner of a group
-that runs in this process. Everything else is RLlib's.
+`get_weights`. A sharded learner's state is partitioned — Adam's moments under ZeRO-2, the
+weights too under ZeRO-3 and FSDP2 — and gathering it is a collective every rank must join, so
+here every learner is asked at once and the first rank's answer is the group's (the others gather
+their pieces for it and return nothing). `local_learner` is the public way to the learner of a
+group that runs in this process. Everything else is RLlib's.
 """
 
 from __future__ import annotations
@@ -14,6 +14,9 @@ from __future__ import annotations
 from ray.rllib.core import COMPONENT_LEARNER
 from ray.rllib.core.learner.learner import Learner
 from ray.rllib.core.learner.learner_group import LearnerGroup
+
+# The learner strategies whose state is sharded across the learners: gathering it is collective.
+SHARDED_STRATEGIES = ("deepspeed", "fsdp2")
 
 
 class RLVRLearnerGroup(LearnerGroup):
@@ -27,7 +30,7 @@ class RLVRLearnerGroup(LearnerGroup):
         return self._learner
 
     def get_state(self, components=None, *, not_components=None, **kwargs):
-        if (self.is_local or self.config.learner_strategy != "deepspeed"
+        if (self.is_local or self.config.learner_strategy not in SHARDED_STRATEGIES
                 or not self._check_component(COMPONENT_LEARNER, components, not_components)):
             return super().get_state(components, not_components=not_components, **kwargs)
         comps = self._get_subcomponents(COMPONENT_LEARNER, components)

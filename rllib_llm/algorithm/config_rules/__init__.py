@@ -3,7 +3,7 @@ others (`resolve_derived`): the one place to read which rules exist and in which
 
 Each rule is a function of the config that raises ValueError naming the settings, the rule and
 a fix, and returns nothing; it lives in the module of its topic (model, sampling, placement,
-batches, learners, DeepSpeed, advantages, distillation, reward model, RLlib's settings,
+batches, learners, DeepSpeed, FSDP2, advantages, distillation, reward model, RLlib's settings,
 evaluation). Defaults come from `fields.FIELDS` (`changed_fields`, `refuse_changed`), never from
 a copy here. `check_all` runs `CHECKS` in order after every field passed its own rule
 (fields.py); the builder, `config.py`, calls both from `validate()`.
@@ -22,6 +22,7 @@ from rllib_llm.algorithm.config_rules.batches import check_batch_sizes
 from rllib_llm.algorithm.config_rules.deepspeed import check_deepspeed_settings
 from rllib_llm.algorithm.config_rules.distillation import check_distillation
 from rllib_llm.algorithm.config_rules.evaluation import check_evaluation
+from rllib_llm.algorithm.config_rules.fsdp2 import check_fsdp2
 from rllib_llm.algorithm.config_rules.learners import (
     check_autocast,
     check_learners,
@@ -58,6 +59,7 @@ CHECKS: tuple[Callable[..., None], ...] = (
     check_batch_sizes,
     check_model_dtype,
     check_deepspeed_settings,
+    check_fsdp2,
     check_learners,
     check_lora,
     check_autocast,

@@ -37,7 +37,8 @@ def check_distillation(cfg) -> None:
         raise ValueError(
             f"RLVRConfig.teacher_model_name_or_path={teacher!r} with learner_strategy="
             f"{cfg.learner_strategy!r}: a teacher is not supported (nor tested) on DeepSpeed "
-            "learners yet, whose ZeRO-3 would partition it. Use learner_strategy='torch'.")
+            "learners or FSDP2 learners yet, whose sharding would partition it. Use "
+            "learner_strategy='torch'.")
     if cfg.dynamic_sampling and cfg.verifier_advantage_coef == 0:
         raise ValueError(
             "RLVRConfig.dynamic_sampling=True with verifier_advantage_coef=0: dynamic sampling "

@@ -1,0 +1,102 @@
+"""learner_strategy='fsdp2': RLVRLearner on a model sharded by PyTorch's `fully_shard` (FSDP2)
+across the learners.
+
+Each of RLlib's learner actors is one rank of the process group RLlib's learner group already
+set up (gloo on CPU, NCCL on GPUs); the learners' device mesh is that group. Once RLlib has built
+the module on the learner's device, the policy (and a frozen reference model) is sharded layer by
+layer (`fsdp2.shard_model`) before the optimizer is built, so Adam's moments are created on the
+shards: each learner holds 1/world of the weights, gradients and optimizer state. Batches, shares
+and normalisers are the DDP learners' (`data_parallel.py`): every rank runs the same number of
+forward passes (equal shares of whole prompt groups, `micro_batches.split`'s `min_count`), as the
+all-gathers of each layer's forward need, and FSDP2 averages the gradients as DDP does, so the
+update is the one-learner update (tested). The gradient norm is the whole model's, summed from
+every rank's shards (`fsdp2.grad_norm`), and clipping scales each rank's shards by it.
+
+State is gathered by every rank together (`RLVRLearnerGroup.get_state` asks them all; the first
+rank returns it): weight syncs gather `weight_sync_bucket_bytes` at a time
+(`fsdp2.ShardedWeights`), so no rank holds more than a bucket of the model whole besides the
+first rank's CPU copy that RLlib's object-store sync sends.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from ray.rllib.core import DEFAULT_MODULE_ID
+from torch.distributed.device_mesh import init_device_mesh
+
+from rllib_llm.learner import fsdp2
+from rllib_llm.learner.learner import GRAD_NORM, RLVRLearner, use_configured_kernel
+from rllib_llm.learner.module import REFERENCE
+
+
+class FSDP2RLVRLearner(RLVRLearner):
+    def _make_modules_ddp_if_necessary(self) -> None:
+        """No DDP wrapper: FSDP2 reduce-scatters the gradients in each backward."""
+
+    def _make_module(self):
+        """RLlib's module on this learner's device, its models sharded before `build`
+        configures the optimizer on their parameters (the shards, from then on)."""
+        multi = super()._make_module()
+        module = multi[DEFAULT_MODULE_ID]
+        device = torch.device(self._device)
+        mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+        for name in ("model", REFERENCE):
+            if hasattr(module, name):
+                fsdp2.shard_model(getattr(module, name), mesh,
+                                  model_dtype=self.config.model_dtype)
+        module.partitioned = fsdp2.ShardedWeights(
+            module, bucket_bytes=self.config.weight_sync_bucket_bytes,
+            first=dist.get_rank() == 0)
+        return multi
+
+    def _apply_step(self, step: dict[str, float], total: torch.Tensor, *,
+                    pretraining: bool) -> dict[str, float]:
+        """Clip by the whole model's gradient norm (from every rank's shards) and step each
+        rank's shards, or skip a non-finite step on every rank alike (the loss and the norm are
+        all-reduced). (No critic here: pretraining is always False.)"""
+        params = [p for p in self._params.values() if p.grad is not None]
+        grads = [p.grad for p in params]
+        norm = fsdp2.grad_norm(grads)
+        if not (torch.isfinite(total) and torch.isfinite(norm)):
+            self._skip_nonfinite_step(float(total), float(norm))
+        else:
+            self._nonfinite_in_a_row = 0
+            fsdp2.clip_(grads, norm, self.config.grad_clip)
+            for optim in self._optimizer_parameters:
+                optim.step()
+        step[GRAD_NORM] = float(norm)
+        return step
+
+    def get_state(self, components=None, *, not_components=None, **kwargs):
+        """Collective: every learner at once. The first rank returns the state, gathered from
+        all shards; the others return None."""
+        state = super().get_state(components, not_components=not_components, **kwargs)
+        return state if dist.get_rank() == 0 else None
+
+    def optimizer_state_bytes(self) -> int:
+        """This rank's shards of the optimizer's state (Adam's moments)."""
+        return fsdp2.local_bytes(t for _, optim in
+                                 self.get_optimizers_for_module(DEFAULT_MODULE_ID)
+                                 for per_param in optim.state.values()
+                                 for t in per_param.values()
+                                 if isinstance(t, torch.Tensor) and t.dim() > 0)
+
+    def _get_optimizer_state(self) -> dict[str, Any]:
+        """torch Adam's state_dict, each moment gathered whole from the shards, one weight at a
+        time (collective); the first rank keeps it, so a checkpoint holds what a torch
+        learner's holds and restores into either kind of learner."""
+        first = dist.get_rank() == 0
+        return {name: {"module_id": self._optimizer_name_to_module[name],
+                       "state": fsdp2.whole_state(optim.state_dict(), keep=first)}
+                for name, optim in self._named_optimizers.items()}
+
+    def _set_optimizer_state(self, state: dict[str, Any]) -> None:
+        """A torch Adam state_dict of whole tensors (from either kind of learner), each rank
+        taking its shard of every moment."""
+        for name, optim in self._named_optimizers.items():
+            params = list(self._optimizer_parameters[optim])
+            optim.load_state_dict(fsdp2.sharded_optimizer_state(state[name]["state"], params))
+            use_configured_kernel(optim, bool(self.config.fused_optimizer))
