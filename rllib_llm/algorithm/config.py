@@ -247,26 +247,29 @@ class RLVRConfig(AlgorithmConfig):
 
     def get_default_rl_module_spec(self) -> RLModuleSpec:
         from rllib_llm.learner.module import RLVRModule
+        from rllib_llm.learner.module_settings import CriticSpec, ModuleSettings
 
+        critic = self.critic_spec
         return RLModuleSpec(
             module_class=RLVRModule,
-            model_config={
-                "model_name_or_path": self.model_name_or_path,
-                "model_dtype": self.model_dtype,
-                "temperature": self.temperature,
-                "use_reference": self.uses_reference,
-                "entropy_grad": self.entropy_coef > 0,
-                "micro_batch_tokens": self.max_tokens_per_micro_batch,
-                "micro_batch_rows": self.micro_batch_size,
-                "gradient_checkpointing": self.gradient_checkpointing,
-                "fused_kernels": self.use_fused_kernels,
-                "remove_padding": self.use_remove_padding,
-                "attn_implementation": self.attn_implementation,
-                "autocast_dtype": self.autocast_dtype,
-                "critic": self.critic_spec,
-                "lora": self.lora_spec,
-                "teacher": self.teacher_model_name_or_path,
-            },
+            # RLlib hands the module a dict of it (RLVRModule reads it back: ModuleSettings.of).
+            model_config=ModuleSettings(
+                model_name_or_path=self.model_name_or_path,
+                model_dtype=self.model_dtype,
+                temperature=self.temperature,
+                use_reference=self.uses_reference,
+                entropy_grad=self.entropy_coef > 0,
+                micro_batch_tokens=self.max_tokens_per_micro_batch,
+                micro_batch_rows=self.micro_batch_size,
+                gradient_checkpointing=self.gradient_checkpointing,
+                fused_kernels=self.use_fused_kernels,
+                remove_padding=self.use_remove_padding,
+                attn_implementation=self.attn_implementation,
+                autocast_dtype=self.autocast_dtype,
+                critic=None if critic is None else CriticSpec(**critic),
+                lora=self.lora_spec,
+                teacher=self.teacher_model_name_or_path,
+            ),
         )
 
     def get_default_learner_class(self):

@@ -38,6 +38,7 @@ from rllib_llm.exchange.memory_budgets import (
 )
 from rllib_llm.exchange.precision import autocast_for_device, precision_note, warn_if_emulated
 from rllib_llm.learner import micro_batches, remove_padding
+from rllib_llm.learner.module_settings import ModuleSettings
 from rllib_llm.learner.tensor_state import TensorState
 from rllib_llm.learner.token_logp import head_token_logp_and_entropy, token_logp_and_entropy
 from rllib_llm.models import DTYPES, load_model, lora
@@ -103,69 +104,58 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
     """The policy LM, plus a frozen reference LM on learners that need a KL term, plus a critic
     on learners of adv_estimator='gae', plus a frozen teacher LM on learners that distil.
 
-    model_config keys: `model_name_or_path`, `model_dtype`, `temperature`, `use_reference`,
-    `entropy_grad` (the entropy needs a gradient: entropy_coef > 0), `micro_batch_tokens` and
-    `micro_batch_rows` (the learner's micro-batch budget, which every scoring pass keeps; None =
-    no bound; "auto": the CPU's until `size_for_device`), `gradient_checkpointing` (recompute
-    layer activations in backward; "auto": off until `size_for_device`),
-    `fused_kernels` (log-probs from the last hidden states and the LM head, chunk by chunk:
-    `use_fused_kernels`), `remove_padding` (forward passes over real tokens only:
-    `use_remove_padding`, remove_padding.py),
-    `critic` (None, or {"model_name_or_path": ..., "shares_trunk": bool}),
-    `teacher` (None, or the teacher's model_name_or_path: `teacher_model_name_or_path`),
-    `autocast_dtype` (None, "auto", or the dtype learners' passes autocast to: mixed
-    precision; "auto": bfloat16 where the device computes it natively, until `size_for_device`
-    the CPU's choice),
-    `attn_implementation` (None, or transformers' attention for the models learners load).
+    Its model_config is a `ModuleSettings` (module_settings.py; RLlib hands it over as a dict,
+    read back once in `setup` as `self.settings`). The "auto" budgets are the CPU's until the
+    learner sizes them for its device (`size_for_device`, `use_budgets`).
     Env runners build the module with `inference_only=True`: the policy alone.
     """
 
     def setup(self) -> None:
-        cfg = self.model_config
-        self.temperature = float(cfg["temperature"])
+        self.settings = cfg = ModuleSettings.of(self.model_config)
+        self.temperature = float(cfg.temperature)
         # The learner's models may take another attention than env runners' (inference_only).
-        attention = None if self.inference_only else cfg.get("attn_implementation")
-        loads = dict(dtype=cfg["model_dtype"], attn_implementation=attention)
-        self.model = load_model(cfg["model_name_or_path"], **loads)
-        self.entropy_grad = bool(cfg.get("entropy_grad", True))
-        self.micro_batch_rows = cfg.get("micro_batch_rows")
+        attention = None if self.inference_only else cfg.attn_implementation
+        loads = dict(dtype=cfg.model_dtype, attn_implementation=attention)
+        self.model = load_model(cfg.model_name_or_path, **loads)
+        self.entropy_grad = bool(cfg.entropy_grad)
+        self.micro_batch_rows = cfg.micro_batch_rows
         # LoRA (models/lora.py): the learner trains adapters on the frozen base; env runners hold
         # plain weights and receive merged ones. The reference is the base, adapters off.
-        self.lora = cfg.get("lora")
+        self.lora = cfg.lora
         self._adapters = bool(self.lora) and not self.inference_only
         if self._adapters:
             lora.add_adapters(self.model, self.lora)
-        self.fused_kernels = bool(cfg.get("fused_kernels")) and not self.inference_only
-        self.remove_padding = bool(cfg.get("remove_padding")) and not self.inference_only
+        self.fused_kernels = bool(cfg.fused_kernels) and not self.inference_only
+        self.remove_padding = bool(cfg.remove_padding) and not self.inference_only
         self._check_hidden_paths(self.model)
-        self._reference_is_base = self._adapters and bool(cfg.get("use_reference"))
-        if cfg.get("use_reference") and not self.inference_only and not self._adapters:
-            ref = load_model(cfg["model_name_or_path"], **loads)
+        self._reference_is_base = self._adapters and bool(cfg.use_reference)
+        if cfg.use_reference and not self.inference_only and not self._adapters:
+            ref = load_model(cfg.model_name_or_path, **loads)
             ref.requires_grad_(False)
             self.reference_model = ref.eval()
-        if cfg.get("teacher") and not self.inference_only:
+        if cfg.teacher and not self.inference_only:
             # Scored at self.temperature like the student (`score_teacher_tokens`); never
             # trained, never checkpointed (get_state), never sent to env runners.
-            teacher = load_model(cfg["teacher"], **loads)
+            teacher = load_model(cfg.teacher, **loads)
             teacher.requires_grad_(False)
             self._check_hidden_paths(teacher)
             self.teacher_model = teacher.eval()
-        critic = cfg.get("critic")
+        critic = cfg.critic
         if critic and not self.inference_only:
-            if critic["shares_trunk"]:
+            if critic.shares_trunk:
                 self.value_head = value_head(self.model.config.hidden_size,
-                                             DTYPES[cfg["model_dtype"]])
+                                             DTYPES[cfg.model_dtype])
             else:
-                self.critic = load_value_model(critic["model_name_or_path"], **loads)
+                self.critic = load_value_model(critic.model_name_or_path, **loads)
                 if self.remove_padding:
                     remove_padding.check_packed_rows(self.critic.trunk)
         # The budgets where the module is built, the CPU ("auto": the CPU's), until the learner
         # has placed it and takes the budgets sized for its device (`size_for_device`,
         # `use_budgets`).
-        tokens = cfg.get("micro_batch_tokens")
+        tokens = cfg.micro_batch_tokens
         self.budgets = DeviceBudgets(
             micro_batch_tokens=CPU_MICRO_BATCH_TOKENS if tokens == AUTO else tokens,
-            gradient_checkpointing=cfg.get("gradient_checkpointing") is True
+            gradient_checkpointing=cfg.gradient_checkpointing is True
             and not self.inference_only,
             autocast_dtype=self._autocast_on(torch.device("cpu")))
         if self.budgets.gradient_checkpointing:
@@ -187,7 +177,7 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
 
     def _autocast_on(self, device: torch.device) -> torch.dtype | None:
         """The dtype this module's learner passes autocast to on `device` (None: off)."""
-        autocast = autocast_for_device(self.model_config.get("autocast_dtype"), device)
+        autocast = autocast_for_device(self.settings.autocast_dtype, device)
         return None if autocast is None or self.inference_only else DTYPES[autocast]
 
     def _check_hidden_paths(self, model: torch.nn.Module) -> None:
@@ -216,7 +206,7 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
 
         `free_bytes`: the device's free memory (default: asked of torch, now).
         """
-        cfg = self.model_config
+        cfg = self.settings
         device = module_device(self.model)
         if self.remove_padding:
             remove_padding.check_attention_for_device(self.model, device)
@@ -225,19 +215,19 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
         # bf16 only where the device computes it natively ("auto"); a warning where it is asked
         # for explicitly and emulated.
         autocast = self._autocast_on(device)
-        notes = [note for note in (precision_note(cfg.get("autocast_dtype"), device),) if note]
-        warn_if_emulated(cfg.get("autocast_dtype"), device, setting="autocast_dtype")
-        warn_if_emulated(cfg["model_dtype"], device, setting="model_dtype")
+        notes = [note for note in (precision_note(cfg.autocast_dtype, device),) if note]
+        warn_if_emulated(cfg.autocast_dtype, device, setting="autocast_dtype")
+        warn_if_emulated(cfg.model_dtype, device, setting="model_dtype")
         if free_bytes is None:
             free_bytes = free_device_bytes(device)
         if free_bytes is None:
             return replace(self.budgets, autocast_dtype=autocast, note=", ".join(notes))
         checkpointing, tokens = self.budgets.gradient_checkpointing, self.budgets.micro_batch_tokens
-        if cfg.get("gradient_checkpointing") == AUTO:
+        if cfg.gradient_checkpointing == AUTO:
             checkpointing = all(getattr(t, "supports_gradient_checkpointing", False)
                                 for t in self._trunks())
             notes.append(f"gradient_checkpointing={checkpointing} (auto)")
-        if cfg.get("micro_batch_tokens") == AUTO:
+        if cfg.micro_batch_tokens == AUTO:
             others = [getattr(self, name) for name in NON_INFERENCE if hasattr(self, name)]
             shape = model_shape(self.model, others=others, trained=True)
             free_before = free_bytes + shape.weight_bytes  # (its weights are there already)

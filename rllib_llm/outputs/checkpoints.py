@@ -56,6 +56,9 @@ CHECKPOINT_MARKER = "rllib_checkpoint.json"  # RLlib writes it at the top of eve
 CTOR_FILE = "class_and_ctor_args.pkl"
 # The policy's RLModule inside an Algorithm checkpoint (RLlib's DEFAULT_MODULE_ID).
 POLICY_MODULE = Path("learner_group", "learner", "rl_module", "default_policy")
+# FSDP2 learners' shards of the module's weights and Adam's state, in its place
+# (torch.distributed.checkpoint; learner/fsdp2_learner.py).
+POLICY_SHARDS = Path("learner_group", "learner", "fsdp2_shards")
 # Written next to an export: where it came from (the checkpoint, its iteration, the base model).
 EXPORT_INFO = "rllib_llm_export.json"
 
@@ -166,7 +169,8 @@ def _check_directory(path: Path) -> None:
 
 
 def _check_policy(checkpoint: Path) -> Path:
-    if not (checkpoint / POLICY_MODULE / CTOR_FILE).is_file():
+    if not ((checkpoint / POLICY_MODULE / CTOR_FILE).is_file()
+            or (checkpoint / POLICY_SHARDS).is_dir()):
         raise CheckpointError(
             f"{str(checkpoint)!r} is an RLlib checkpoint without an RLVR policy: it has no "
             f"{POLICY_MODULE.as_posix()}/{CTOR_FILE}. Was it written by another algorithm, or "
@@ -220,6 +224,8 @@ def load_policy(checkpoint: str | os.PathLike) -> RLVRModule:
     from rllib_llm.learner.module import NON_INFERENCE, RLVRModule
 
     check_whole(checkpoint)
+    if (Path(checkpoint) / POLICY_SHARDS).is_dir():
+        return _load_sharded_policy(Path(checkpoint))
     module_dir = Path(checkpoint) / POLICY_MODULE
     ctor = _read_pickle(module_dir / CTOR_FILE)
     if not (isinstance(ctor, dict) and issubclass(ctor["class"], RLVRModule)):
@@ -231,6 +237,26 @@ def load_policy(checkpoint: str | os.PathLike) -> RLVRModule:
         raise CheckpointError(f"{str(module_dir)!r} has no module_state.pkl (the weights)")
     module.set_state({k: v for k, v in state.items()
                       if k.split(".", 1)[0] not in NON_INFERENCE})
+    return module.eval()
+
+
+def _load_sharded_policy(checkpoint: Path) -> RLVRModule:
+    """`load_policy` of a checkpoint FSDP2 learners wrote as shards: the module built from the
+    run's config as env runners build it, its weights read whole from the shards
+    (torch.distributed.checkpoint in this one process, which reshards them)."""
+    import gymnasium as gym
+    import torch.distributed.checkpoint as dcp
+
+    from rllib_llm.learner.module import RLVRModule
+
+    spec = load_run_config(checkpoint).get_default_rl_module_spec()
+    # The module's spaces are the token MDP's, which the causal LM does not read.
+    module = RLVRModule(observation_space=gym.spaces.Discrete(2),
+                        action_space=gym.spaces.Discrete(2), model_config=spec.model_config,
+                        inference_only=True)
+    weights = module.state_dict()
+    dcp.load({"model": weights}, checkpoint_id=str(checkpoint / POLICY_SHARDS), no_dist=True)
+    module.set_state(weights)
     return module.eval()
 
 
@@ -262,14 +288,14 @@ def export_policy(checkpoint: str | os.PathLike, out: str | os.PathLike, *,
         )
     checkpoint = Path(checkpoint)
     module, config = load_policy(checkpoint), load_run_config(checkpoint)
-    model_config = module.model_config
-    tokenizer = load_tokenizer(model_config["model_name_or_path"])
+    settings = module.settings  # learner/module_settings.py
+    tokenizer = load_tokenizer(settings.model_name_or_path)
     model = module.model
     model.generation_config = _generation_config(model, tokenizer, config)
     info = {"checkpoint": str(checkpoint.resolve()),
             "training_iteration": training_iteration(checkpoint),
-            "base_model": model_config["model_name_or_path"],
-            "model_dtype": model_config["model_dtype"]}
+            "base_model": settings.model_name_or_path,
+            "model_dtype": settings.model_dtype}
     with temporary_beside(out) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
