@@ -296,7 +296,11 @@ def test_parent_environment_is_not_passed_on(isolation, monkeypatch):
 def test_parent_process_is_out_of_reach(namespaces):
     """SIGKILL to the test process itself and to a bystander process of the same user reaches
     neither, and the parent's /proc entry is not there to read."""
-    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    # The bystander echoes a line: it answers after the run only if no SIGKILL reached it (a
+    # killed one, blocked in its read, dies there and the pipe reads empty), with no sleep.
+    bystander = subprocess.Popen(
+        [sys.executable, "-c", "import sys; print(sys.stdin.readline(), end='', flush=True)"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         code = (f"import os, signal\nfor pid in ({os.getpid()}, {bystander.pid}):\n"
                 f"    try:\n        os.kill(pid, signal.SIGKILL)\n        print('reached', pid)\n"
@@ -304,11 +308,12 @@ def test_parent_process_is_out_of_reach(namespaces):
                 f"print(os.path.exists('/proc/{os.getpid()}/environ'))\n")
         result = run_python(code, isolation=namespaces)
         assert result.stdout.split("\n")[:3] == ["no such process", "no such process", "False"]
-        time.sleep(0.1)
-        assert bystander.poll() is None  # and this test is still running
+        bystander.stdin.write("alive\n")
+        bystander.stdin.flush()
+        assert bystander.stdout.readline() == "alive\n"  # and this test is still running
     finally:
         bystander.kill()
-        bystander.wait()
+        bystander.communicate()  # reaps it and closes its pipes
 
 
 @pytest.mark.timeout(30)
