@@ -28,7 +28,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from rllib_llm.envs import sandbox, sandbox_cgroup, sandbox_pipes, sandbox_seccomp
+from rllib_llm.envs import (
+    sandbox,
+    sandbox_cgroup,
+    sandbox_detection,
+    sandbox_pipes,
+    sandbox_run,
+    sandbox_seccomp,
+)
 from rllib_llm.envs.sandbox import (
     MAX_PROCESSES,
     SandboxReport,
@@ -575,7 +582,7 @@ def test_report_lists_the_layers_and_prints():
                      "clean environment",
                      "fresh working directory", "wall-clock kill"]
     assert REPORT.layers[0].active == REPORT.namespaces == (REPORT.bwrap is not None)
-    assert REPORT.layer("process count").active == (not ROOT and sandbox._nproc_enforced())
+    assert REPORT.layer("process count").active == (not ROOT and sandbox_detection.nproc_enforced())
     assert REPORT.layer("run cgroup").active == REPORT.run_cgroup
     assert [b.name for b in REPORT.bounds()] == ["memory", "processes", "disk", "capabilities",
                                                  "host files", "host processes", "network"]
@@ -615,7 +622,7 @@ def test_a_missing_or_failing_bwrap_is_detected(fresh_detection, monkeypatch, tm
         path.write_text("#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\n"
                         "exit 1\n")
         path.chmod(0o755)
-    monkeypatch.setattr(sandbox, "_bwrap_candidates", lambda: ([("test", str(path))], []))
+    monkeypatch.setattr(sandbox_detection, "bwrap_candidates", lambda: ([("test", str(path))], []))
     report = sandbox_report(refresh=True)
     assert not report.namespaces and report.bwrap is None
     assert not report.layers[0].active
@@ -692,13 +699,13 @@ def test_the_caller_does_not_wait_for_a_big_run_directory_to_go(monkeypatch):
     to take 2 s, runs beside the caller."""
     import threading
 
-    slow_remove = sandbox._remove_tree
+    slow_remove = sandbox_run._remove_tree
 
     def remove(path):
         time.sleep(2)
         slow_remove(path)
 
-    monkeypatch.setattr(sandbox, "_remove_tree", remove)
+    monkeypatch.setattr(sandbox_run, "_remove_tree", remove)
     start = time.monotonic()
     result = run_python("import os\nprint(os.getcwd())", isolation="rlimits")
     assert time.monotonic() - start < 1.5 and result.duration_s < 1.5
@@ -949,7 +956,7 @@ for path in {KERNEL_SETTINGS!r}:
         print(path, "writable")
     except OSError as e:
         print(path, e.strerror)
-for path in {sandbox._PROC_MASKED!r}:
+for path in {sandbox_run.PROC_MASKED!r}:
     try:
         print(path, "read", len(os.listdir(path) if os.path.isdir(path) else open(path).read()))
     except OSError as e:
