@@ -5,13 +5,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import ray
 from ray.exceptions import RayError
 from ray.rllib.algorithms.algorithm import Algorithm
 from ray.rllib.callbacks.utils import make_callback
-from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_LEARNER_GROUP, DEFAULT_MODULE_ID
 from ray.rllib.utils.metrics import (
     ENV_RUNNER_RESULTS,
     LEARNER_RESULTS,
@@ -58,6 +59,7 @@ from rllib_llm.algorithm.sample_errors import call_or_error, raise_if_failed
 from rllib_llm.algorithm.sync_sampling import sample_remote
 from rllib_llm.algorithm.weight_sync import direct_weight_sync
 from rllib_llm.exchange.devices import announce
+from rllib_llm.learner.learner_group import SHARDED_PARTS
 from rllib_llm.rollout.env_setup import check_env
 from rllib_llm.rollout.held_out_sampling import EvalShard
 from rllib_llm.rollout.sampler_state import SAMPLER_STATE
@@ -230,11 +232,22 @@ class RLVR(Algorithm):
         """RLlib's `save_to_path`, written whole or not at all: into a temporary directory beside
         `path`, `COMPLETE_FILE` last, then renamed into place (checkpoint_files.py). Tune's
         checkpoints (`Trainable.save` -> `save_checkpoint`) are written here too. A full disk
-        raises CheckpointWriteError, one line with the path, and leaves nothing behind."""
+        raises CheckpointWriteError, one line with the path, and leaves nothing behind.
+        FSDP2 learners write their weights and Adam's state as their own shards in it (on a local
+        path; `RLVRLearnerGroup.save_shards`), never gathered whole."""
         save = super().save_to_path
+
+        def write(to, fs) -> str:
+            if state is not None or fs is not None or not self.learner_group.saves_shards:
+                return save(to, state=state, filesystem=fs, use_msgpack=use_msgpack)
+            saved = save(to, state=self.get_state(not_components=list(SHARDED_PARTS)),
+                         use_msgpack=use_msgpack)
+            self.learner_group.save_shards(
+                Path(saved, COMPONENT_LEARNER_GROUP, COMPONENT_LEARNER))
+            return saved
+
         return save_whole(
-            lambda to, fs: save(to, state=state, filesystem=fs, use_msgpack=use_msgpack), path,
-            filesystem=filesystem,
+            write, path, filesystem=filesystem,
             training_iteration=(state or {}).get(TRAINING_ITERATION, self.training_iteration))
 
     def save(self, checkpoint_dir: str | None = None):

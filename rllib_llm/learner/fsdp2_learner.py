@@ -15,20 +15,29 @@ every rank's shards (`fsdp2.grad_norm`), and clipping scales each rank's shards 
 State is gathered by every rank together (`RLVRLearnerGroup.get_state` asks them all; the first
 rank returns it): weight syncs gather `weight_sync_bucket_bytes` at a time
 (`fsdp2.ShardedWeights`), so no rank holds more than a bucket of the model whole besides the
-first rank's CPU copy that RLlib's object-store sync sends.
+first rank's CPU copy that RLlib's object-store sync sends. Checkpoints (`RLVR.save_to_path` to
+a local path) are sharded: RLlib's files without the module's weights and Adam's state, and
+each learner's shards of those written with torch.distributed.checkpoint beside them
+(`save_shards`), read back by every learner in `restore_from_path`. A state asked for in memory
+(`get_state`, or a save to another filesystem) is gathered whole instead, in torch Adam's format,
+so it restores into a torch learner too.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
 from ray.rllib.core import DEFAULT_MODULE_ID
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 
 from rllib_llm.learner import fsdp2
 from rllib_llm.learner.learner import GRAD_NORM, RLVRLearner, use_configured_kernel
+from rllib_llm.learner.learner_group import SHARDS_DIR
 from rllib_llm.learner.module import REFERENCE
 
 
@@ -100,3 +109,32 @@ class FSDP2RLVRLearner(RLVRLearner):
             params = list(self._optimizer_parameters[optim])
             optim.load_state_dict(fsdp2.sharded_optimizer_state(state[name]["state"], params))
             use_configured_kernel(optim, bool(self.config.fused_optimizer))
+
+    # --- sharded checkpoints (torch.distributed.checkpoint) ---------------------------------------
+    def save_shards(self, directory: str) -> None:
+        """Collective: every learner writes its shards of the module's weights and of Adam's
+        state into `directory` (torch.distributed.checkpoint: a file per learner and the
+        metadata), nothing gathered."""
+        module, optims = self.module[DEFAULT_MODULE_ID], list(self._named_optimizers.values())
+        weights, adam = get_state_dict(module, optims)
+        dcp.save({"model": weights, "optim": adam}, checkpoint_id=directory)
+
+    def load_shards(self, directory: str) -> None:
+        """Collective: every learner reads its shards back from `directory` (written by any
+        number of learners: torch.distributed.checkpoint reshards)."""
+        module, optims = self.module[DEFAULT_MODULE_ID], list(self._named_optimizers.values())
+        weights, adam = get_state_dict(module, optims)
+        state = {"model": weights, "optim": adam}
+        dcp.load(state, checkpoint_id=directory)
+        set_state_dict(module, optims, model_state_dict=state["model"],
+                       optim_state_dict=state["optim"])
+        for optim in optims:
+            use_configured_kernel(optim, bool(self.config.fused_optimizer))
+
+    def restore_from_path(self, path, *args, **kwargs) -> None:
+        """RLlib's restore, then the shards a sharded checkpoint holds beside it (every learner
+        restores at once: RLlib calls them all)."""
+        super().restore_from_path(path, *args, **kwargs)
+        shards = Path(path) / SHARDS_DIR
+        if kwargs.get("component") is None and shards.is_dir():
+            self.load_shards(str(shards))

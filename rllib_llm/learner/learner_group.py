@@ -11,12 +11,18 @@ group that runs in this process. Everything else is RLlib's.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ray.rllib.core import COMPONENT_LEARNER
 from ray.rllib.core.learner.learner import Learner
 from ray.rllib.core.learner.learner_group import LearnerGroup
 
 # The learner strategies whose state is sharded across the learners: gathering it is collective.
 SHARDED_STRATEGIES = ("deepspeed", "fsdp2")
+# Where FSDP2 learners write their shards in a checkpoint, in the learner's directory.
+SHARDS_DIR = "fsdp2_shards"
+# The parts of a learner's state that FSDP2 learners save as shards (`save_shards`), not whole.
+SHARDED_PARTS = ("learner_group/learner/rl_module", "learner_group/learner/optimizer")
 
 
 class RLVRLearnerGroup(LearnerGroup):
@@ -39,3 +45,15 @@ class RLVRLearnerGroup(LearnerGroup):
             lambda learner: learner.get_state(comps, not_components=not_comps, **kwargs)))
         (state,) = [s for s in states if s is not None]  # the first rank's
         return {COMPONENT_LEARNER: state}
+
+    @property
+    def saves_shards(self) -> bool:
+        """Whether the learners write their checkpoint state as shards (FSDP2 learners)."""
+        return not self.is_local and self.config.learner_strategy == "fsdp2"
+
+    def save_shards(self, learner_dir) -> None:
+        """Every FSDP2 learner writes its shards of the weights and of Adam's state into
+        `learner_dir`/SHARDS_DIR (torch.distributed.checkpoint; collective), so a checkpoint
+        never gathers them whole."""
+        directory = str(Path(learner_dir) / SHARDS_DIR)
+        self._get_results(self.foreach_learner(lambda learner: learner.save_shards(directory)))
