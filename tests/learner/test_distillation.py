@@ -201,8 +201,15 @@ def test_a_teacher_of_another_tokenizer_is_refused(other_tokenizer):
 
 
 def test_a_teacher_of_the_same_tokenizer_validates():
-    embedded_config("topr", teacher_model_name_or_path=TEACHER, verifier_advantage_coef=0.0,
-                    distillation_coef=0.5).validate()
+    from rllib_llm.models import load_tokenizer
+
+    cfg = embedded_config("topr", teacher_model_name_or_path=TEACHER, verifier_advantage_coef=0.0,
+                          distillation_coef=0.5)
+    # The premise: the teacher maps every token to the student's id (the rule compares these).
+    assert load_tokenizer(TEACHER).get_vocab() == load_tokenizer(cfg.model_name_or_path).get_vocab()
+    cfg.validate()  # raises, naming the rule, on a teacher it refuses
+    assert (cfg.teacher_model_name_or_path, cfg.distillation_coef,
+            cfg.verifier_advantage_coef) == (TEACHER, 0.5, 0.0)
 
 
 # --- a run --------------------------------------------------------------------------------------
