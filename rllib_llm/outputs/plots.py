@@ -44,6 +44,7 @@ from rllib_llm.outputs.metric_names import (
     REWARD,
     TIME_TOTAL_S,
 )
+from rllib_llm.outputs.pyplot import import_pyplot
 from rllib_llm.outputs.run_log import flatten
 
 # Files that make a directory a run, in the order they are read (the first one present wins).
@@ -52,7 +53,6 @@ RESULT_FILES = ("result.json", "progress.csv", "metrics.csv", "metrics.jsonl")
 DEMO_ITERATION = "iteration"
 DEMO_WALL_S = "wall_s"
 DEFAULT_SMOOTHING = 0.6  # TensorBoard's default weight
-MATPLOTLIB_MISSING = "matplotlib is not installed: pip install 'rllib_llm[plot]'"
 
 
 # ----------------------------------------------------------------------------- reading runs
@@ -332,18 +332,6 @@ def plot_runs(runs: Sequence[Run], out_dir: str | Path, smoothing: float = DEFAU
         plt.close(fig)
         paths.append(path)
     return Plots(paths, [p.name for p in drawn], notes)
-
-
-def import_pyplot():
-    """matplotlib.pyplot on the file-only Agg backend; ImportError saying what to install."""
-    try:
-        import matplotlib
-    except ImportError as e:
-        raise ImportError(MATPLOTLIB_MISSING) from e
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def curves_figure(runs: Sequence[Run], axis: XAxis, panels: Sequence[Panel] = PANELS,

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rllib_llm.outputs.pyplot import import_pyplot
+
 # Result keys shown in the one-line progress output, with short labels.
 PROGRESS_KEYS = (
     ("env_runners/episode_return_mean", "reward"),
@@ -153,8 +155,6 @@ def plot_reward_curve(rows: list[dict[str, float]], path: Path,
     """Reward and accuracy per iteration (`reward_curve_series`: each raw and faint, with its
     moving average over it); returns None (and says so) without matplotlib.
     (`rllib-llm plot` draws the other curves, smoothed, of this and other runs.)"""
-    from rllib_llm.outputs.plots import import_pyplot  # it imports this module: not at the top
-
     try:
         plt = import_pyplot()
     except ImportError as e:

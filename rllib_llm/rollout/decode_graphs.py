@@ -33,6 +33,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from rllib_llm.exchange.memory_budgets import AUTO
+from rllib_llm.rollout.kv_cache import kv_cache
 
 # Attention implementations whose 4-D mask this step knows how to write: sdpa takes a boolean
 # mask (True = attend), eager an additive one (0 = attend, the dtype's minimum = masked).
@@ -60,8 +61,6 @@ def cuda_graph_decode(value: bool | str, device: torch.device, model: PreTrained
     """What `torch_engine_cuda_graphs=value` means for an engine of `model` on `device`: "auto"
     is on where the device is a GPU and the model supports a fixed-shape step, else off; True
     where either is missing is refused (ValueError naming it)."""
-    from rllib_llm.rollout.torch_engine import kv_cache
-
     cuda = torch.device(device).type == "cuda"
     why_not = supports_static_decode(model, kv_cache(model.config, 1, 1))
     if value is True and (not cuda or why_not):

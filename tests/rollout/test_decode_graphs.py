@@ -10,7 +10,8 @@ from transformers import LlamaForCausalLM
 from rllib_llm.models.tiny_llama import tiny_llama_config
 from rllib_llm.rollout.decode_graphs import StaticDecode, supports_static_decode
 from rllib_llm.rollout.engine import SamplingParams
-from rllib_llm.rollout.torch_engine import TorchRolloutEngine, kv_cache
+from rllib_llm.rollout.kv_cache import kv_cache
+from rllib_llm.rollout.torch_engine import TorchRolloutEngine
 
 torch.set_num_threads(1)
 

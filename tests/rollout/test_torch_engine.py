@@ -338,7 +338,7 @@ def test_device_none_runs_where_the_model_is_and_never_moves_it():
 def test_sliding_window_models_keep_the_growing_cache_and_exact_logprobs():
     from transformers import MistralConfig, MistralForCausalLM
 
-    from rllib_llm.rollout.torch_engine import PreallocatedLayer, kv_cache
+    from rllib_llm.rollout.kv_cache import PreallocatedLayer, kv_cache
 
     torch.manual_seed(0)
     config = MistralConfig(vocab_size=V, hidden_size=32, intermediate_size=64,
