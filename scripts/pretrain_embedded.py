@@ -34,14 +34,11 @@ from transformers import LlamaForCausalLM, PreTrainedTokenizerBase
 from rllib_llm.models import encode_prompt
 from rllib_llm.models.char_tokenizer import build_char_tokenizer
 from rllib_llm.models.checkpoint_rates import accuracy, tool_use_rates
+from rllib_llm.models.sft import Example, collate
 from rllib_llm.models.tiny_llama import tiny_llama_config
 from rllib_llm.models.tool_transcripts import tool_transcripts
 
-IGNORE_INDEX = -100  # label value torch's cross-entropy skips
-
-
 TASKS = ("arithmetic", "tool")
-Example = tuple[list[int], list[int]]  # (token ids, loss mask: 1 where the policy acts)
 
 
 def sft_examples(tokenizer: PreTrainedTokenizerBase, problems: list[dict[str, str]]
@@ -54,27 +51,6 @@ def sft_examples(tokenizer: PreTrainedTokenizerBase, problems: list[dict[str, st
                   tokenizer.eos_token_id]
         examples.append((prompt + answer, [0] * len(prompt) + [1] * len(answer)))
     return examples
-
-
-def collate(
-    examples: list[Example], pad_token_id: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-pad into `(input_ids, attention_mask, labels)`, each `(B, L)`.
-
-    Labels are the input ids where the loss mask is 1 and IGNORE_INDEX elsewhere; the model
-    shifts them by one itself.
-    """
-    L = max(len(ids) for ids, _ in examples)
-    input_ids = torch.full((len(examples), L), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(examples), L), dtype=torch.long)
-    labels = torch.full((len(examples), L), IGNORE_INDEX, dtype=torch.long)
-    for i, (ids, mask) in enumerate(examples):
-        row = torch.tensor(ids, dtype=torch.long)  # (L_i,)
-        input_ids[i, : len(ids)] = row
-        attention_mask[i, : len(ids)] = 1
-        labels[i, : len(ids)] = torch.where(torch.tensor(mask, dtype=torch.bool), row,
-                                            IGNORE_INDEX)
-    return input_ids, attention_mask, labels
 
 
 def train(

@@ -5,8 +5,6 @@ the agent's tokens are trained, and the shipped checkpoint keeps its calibration
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -15,11 +13,8 @@ from rllib_llm.envs.tool_env import tool_env
 
 from rllib_llm.models import EMBEDDED_CHECKPOINTS, load_model, load_tokenizer, resolve_path
 from rllib_llm.models.checkpoint_rates import tool_use_rates
+from rllib_llm.models.sft import collate
 from rllib_llm.models.tool_transcripts import tool_transcript, tool_transcripts
-
-# The build script of the embedded checkpoints (outside the library: scripts/).
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from pretrain_embedded import collate  # noqa: E402
 
 TOK = load_tokenizer("embedded_tool")
 
