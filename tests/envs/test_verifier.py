@@ -103,8 +103,24 @@ def test_compare_plain_decimals(answer, gold, verdict):
     assert compare_plain_decimals(answer, gold) is verdict
 
 
+def verify_workers() -> set[int]:
+    """The pids of this process's live verify workers (children running envs/verify_worker.py);
+    one that exited, reaped or not, is not among them."""
+    pids = set()
+    for entry in os.listdir("/proc"):
+        try:
+            ppid = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])
+            cmdline = open(f"/proc/{entry}/cmdline", "rb").read()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == os.getpid() and b"verify_worker" in cmdline:
+            pids.add(int(entry))
+    return pids
+
+
 # --- scoring ------------------------------------------------------------------------------------
 def test_fast_path_verdicts_and_counters():
+    before = verify_workers()
     v = MathVerifier()
     results = v.score_batch(["the answer is 72", "#### 71", "nothing"], ["72", "72", "72"])
     assert [(r.score, r.correct, r.extracted, r.fast_path) for r in results] == [
@@ -114,7 +130,7 @@ def test_fast_path_verdicts_and_counters():
     ]
     assert v.metrics() == {"verifications": 3, "timeouts": 0, "errors": 0, "fast_path": 2}
     assert set(v.metrics()) == set(METRIC_NAMES)
-    assert v._pool is None  # plain numbers never start a worker process
+    assert verify_workers() == before  # plain numbers never start a worker process
     v.close()
 
 
@@ -265,20 +281,21 @@ def test_pool_whose_workers_cannot_start_fails_calls_instead_of_stalling():
 
 
 def test_pool_close_and_garbage_collection_stop_the_workers():
+    before = verify_workers()
     p = HardTimeoutPool(1, timeout_s=5.0)
     p.run([(math.sqrt, (4.0,))])
-    process = p._workers[0].process
+    (worker,) = verify_workers() - before
     p.close()
-    assert process.poll() is not None
+    assert worker not in verify_workers()
     with pytest.raises(RuntimeError, match=r"run\(\) after close\(\); create a new pool"):
         p.run([(math.sqrt, (4.0,))])
 
     p = HardTimeoutPool(1, timeout_s=5.0)
     p.run([(math.sqrt, (4.0,))])
-    process = p._workers[0].process
+    (worker,) = verify_workers() - before
     del p
     gc.collect()
-    assert process.poll() is not None
+    assert worker not in verify_workers()
 
 
 @pytest.mark.parametrize(
@@ -388,6 +405,7 @@ def test_normalize_answer(text, normal):
 
 
 def test_normalised_plain_numbers_take_the_fast_path():
+    before = verify_workers()
     v = MathVerifier()
     results = v.score_batch(["\\boxed{٤٢}", "so 4.2e1", "1e-05"], ["42", "４２", "0.00001"])
     assert [(r.correct, r.fast_path, r.extracted) for r in results] == [
@@ -395,7 +413,7 @@ def test_normalised_plain_numbers_take_the_fast_path():
         (True, True, "42"),
         (True, True, "0.00001"),
     ]
-    assert v._pool is None
+    assert verify_workers() == before
     v.close()
 
 
