@@ -64,6 +64,7 @@ from rllib_llm.envs.token_mdp import (
     ChunkResult,
 )
 from rllib_llm.envs.verifier import (
+    MathVerifier,
     Verification,
     VerifierCounters,
     acquire_shared_verifier,
@@ -262,6 +263,12 @@ class MathVerifyEnv(gymnasium.Env):
             self._check_prompt_index(prompt_index)])
         self._counters.add(verification)
         return verification
+
+    @property
+    def verifier(self) -> MathVerifier:
+        """The verifier this env scores with: one per set of verifier options in a process,
+        shared by its envs and closed when the last of them closes (`acquire_shared_verifier`)."""
+        return self._verifier
 
     # --- state and metrics ----------------------------------------------------------------------
     def state_token_ids(self) -> list[int]:

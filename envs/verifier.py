@@ -192,6 +192,11 @@ class MathVerifier:
         with self._lock:
             return self._counters.as_dict()
 
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` ran: the workers are stopped and scoring is refused."""
+        return self._closed
+
     def close(self) -> None:
         """Stop the worker processes (idempotent); scoring is refused afterwards."""
         with self._lock:

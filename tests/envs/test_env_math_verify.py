@@ -494,13 +494,13 @@ def test_default_config_uses_the_embedded_tokenizer_and_full_arithmetic(embedded
 
 def test_close_releases_the_shared_verifier(tokenizer):
     a, b = make_env(tokenizer, verify_timeout_s=7.0), make_env(tokenizer, verify_timeout_s=7.0)
-    assert a._verifier is b._verifier
+    assert a.verifier is b.verifier
     a.close()
     a.close()  # idempotent: b's hold is untouched
     b.reset()
     b.step(tokenizer.eos_token_id)
     b.close()
-    assert a._verifier._closed
+    assert a.verifier.closed
 
 
 # --- registration -------------------------------------------------------------------------------
