@@ -52,6 +52,55 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: (item.path not in slow, item.path not in ray_modules))
 
 
+def env_runner_actor(algo, index: int):
+    """The Ray actor of `algo`'s remote env runner `index`, asked of the runner itself (RLlib keeps
+    the handles in its private `_worker_manager`)."""
+    handles = algo.env_runner_group.foreach_env_runner(
+        lambda runner: ray.get_runtime_context().current_actor,
+        remote_worker_ids=[index], local_env_runner=False)
+    assert len(handles) == 1, f"env runner {index} did not answer: {handles}"
+    return handles[0]
+
+
+@pytest.fixture(name="env_runner_actor")
+def env_runner_actor_fixture():
+    """`env_runner_actor(algo, index)`: the actor of a remote env runner, to ping or kill."""
+    return env_runner_actor
+
+
+@pytest.fixture
+def kill_env_runner():
+    """`kill_env_runner(algo, index, restart=True)`: kill remote env runner `index`'s process as a
+    crash would; with `restart` Ray starts it again (and RLlib's fault tolerance brings it back)."""
+    def kill(algo, index: int, *, restart: bool = True) -> None:
+        ray.kill(env_runner_actor(algo, index), no_restart=not restart)
+    return kill
+
+
+@pytest.fixture
+def watch_learner(monkeypatch):
+    """`watch_learner(stage, before)`: call `before(learner, *args, **kwargs)` ahead of every call
+    of an `RLVRLearner` stage in this process (a local learner's), for the rest of the test.
+    Stages: "update" (an iteration's whole batch, by module id), "optimizer_step" (one
+    mini-batch's columns) and "apply_step" (the optimizer step, once the gradients are in). The
+    one place where tests reach into the learner's private stages (a seam the learner lacks)."""
+    from rllib_llm.learner.learner import RLVRLearner
+
+    stages = {"update": RLVRLearner._update, "optimizer_step": RLVRLearner._optimizer_step,
+              "apply_step": RLVRLearner._apply_step}
+
+    def watch(stage: str, before) -> None:
+        real = stages[stage]
+
+        def watched(self, *args, **kwargs):
+            before(self, *args, **kwargs)
+            return real(self, *args, **kwargs)
+
+        monkeypatch.setattr(RLVRLearner, real.__name__, watched)
+
+    return watch
+
+
 def pytest_sessionfinish(session):
     if _shared_ray_is_running():
         ray.shutdown()

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 
-from rllib_llm.learner import learner as learner_module
 from rllib_llm.learner.module import RLVRModule
 from rllib_llm.models.value_model import load_value_model
 from rllib_llm.recipes.embedded import embedded_config
@@ -121,25 +120,23 @@ def test_actor_and_critic_have_their_own_optimizers_and_learning_rates():
     algo.stop()
 
 
-def _capture_update(monkeypatch) -> dict:
+def _capture_update(watch_learner) -> dict:
     captured = {}
-    real = learner_module.RLVRLearner._update
 
     def capture(self, batch, **kw):
         module = self.module["default_policy"]
         captured["batch"] = {k: v.clone() for k, v in batch["default_policy"].items()}
         captured["critic"] = {k: v.detach().clone() for k, v in module.critic.state_dict().items()}
         captured["policy"] = {k: v.detach().clone() for k, v in module.model.state_dict().items()}
-        return real(self, batch, **kw)
 
-    monkeypatch.setattr(learner_module.RLVRLearner, "_update", capture)
+    watch_learner("update", capture)
     return captured
 
 
 @pytest.mark.usefixtures("ray_session")
 def test_a_pretraining_step_is_adam_on_the_hand_written_value_loss_and_the_actor_stays(
-        monkeypatch):
-    captured = _capture_update(monkeypatch)
+        watch_learner):
+    captured = _capture_update(watch_learner)
     algo = embedded_config("ppo", lr=1e-3, grad_clip=None, loss_agg_mode="token-mean",
                            value_pretrain_steps=1, gamma=0.9, **GAE).build_algo()
     result = algo.train()["learners"]["default_policy"]
@@ -175,8 +172,8 @@ def test_a_pretraining_step_is_adam_on_the_hand_written_value_loss_and_the_actor
 
 
 @pytest.mark.usefixtures("ray_session")
-def test_after_pretraining_both_move_and_the_critic_trains_on_gae_returns(monkeypatch):
-    captured = _capture_update(monkeypatch)
+def test_after_pretraining_both_move_and_the_critic_trains_on_gae_returns(watch_learner):
+    captured = _capture_update(watch_learner)
     algo = embedded_config("ppo", value_pretrain_steps=1, critic_lambd=1.0, lambd=0.5,
                            **GAE).build_algo()
     algo.train()
@@ -217,10 +214,10 @@ def test_the_issue_call_trains_with_critic_metrics_and_remote_runners_hold_no_cr
 
 
 @pytest.mark.usefixtures("ray_session")
-def test_the_learner_batch_carries_length_adaptive_gae_by_hand(monkeypatch):
+def test_the_learner_batch_carries_length_adaptive_gae_by_hand(watch_learner):
     """Not about moving weights: the advantages and returns the learner computes from one batch are its
     subject (they are computed before any step)."""
-    captured = _capture_update(monkeypatch)
+    captured = _capture_update(watch_learner)
     alpha, gamma = 0.4, 0.9
     # 32 prompts: the rebuilt checkpoint answered the first 8 all in 3 tokens (one lambda).
     algo = embedded_config("ppo", length_adaptive_alpha=alpha, gamma=gamma,

@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from ray.rllib.core import COMPONENT_OPTIMIZER
 
 from rllib_llm import core
 from rllib_llm.learner import learner as learner_module
@@ -37,15 +38,11 @@ def test_minibatch_rows_cover_every_response_once_per_epoch_in_whole_groups(epoc
 
 
 @pytest.mark.parametrize("epochs, mini", [(1, None), (2, None), (2, 4), (3, 2)])
-def test_an_iteration_takes_epochs_times_minibatches_optimizer_steps(monkeypatch, epochs, mini):
+def test_an_iteration_takes_epochs_times_minibatches_optimizer_steps(watch_learner, epochs,
+                                                                    mini):
     calls = []
-    real = learner_module.RLVRLearner._optimizer_step
-
-    def recording(self, batch, **kwargs):
-        calls.append(batch["action_mask"].shape[0])
-        return real(self, batch, **kwargs)
-
-    monkeypatch.setattr(learner_module.RLVRLearner, "_optimizer_step", recording)
+    watch_learner("optimizer_step",
+                  lambda learner, batch, **kwargs: calls.append(batch["action_mask"].shape[0]))
     algo = embedded_config("ppo", ppo_epochs=epochs, mini_batch_size=mini, **SMALL).build_algo()
     model = algo.learner_group.local_learner.module["default_policy"].model
     initial = {k: v.clone() for k, v in model.state_dict().items()}
@@ -59,17 +56,15 @@ def test_an_iteration_takes_epochs_times_minibatches_optimizer_steps(monkeypatch
     algo.stop()
 
 
-def test_one_step_equals_a_hand_computed_adam_update(monkeypatch):
+def test_one_step_equals_a_hand_computed_adam_update(monkeypatch, watch_learner):
     captured = {}
-    real = learner_module.RLVRLearner._update
 
     def capture(self, batch, **kw):
         captured["batch"] = {k: v.clone() for k, v in batch["default_policy"].items()}
         captured["before"] = {k: v.detach().clone() for k, v in
                               self.module["default_policy"].model.state_dict().items()}
-        return real(self, batch, **kw)
 
-    monkeypatch.setattr(learner_module.RLVRLearner, "_update", capture)
+    watch_learner("update", capture)
     trims = []  # freed host memory is handed back once per update (exchange/host_memory.py)
     monkeypatch.setattr(learner_module, "release_freed_memory", lambda: trims.append(1) or True)
     algo = embedded_config("vanilla", lr=1e-3, grad_clip=None, loss_agg_mode="token-mean",
@@ -263,8 +258,8 @@ def test_env_runner_places_module_and_engine_on_the_device_rllib_assigns(monkeyp
     algo = embedded_config("ppo", **SMALL).env_runners(num_gpus_per_env_runner=0).build_algo()
     runner = algo.env_runner_group.local_env_runner
     assert asked and asked[-1] == 0  # the runner asked for its configured GPUs
-    assert runner.engine.device == runner._device == torch.device("cpu")
-    assert next(runner.module.parameters()).device == runner._device
+    assert runner.engine.device == runner.device == torch.device("cpu")
+    assert next(runner.module.parameters()).device == runner.device
     algo.stop()
 
 
@@ -299,9 +294,11 @@ def test_a_restored_optimizer_keeps_this_runs_kernel_and_the_saved_moments():
     algos = {fused: embedded_config("vanilla", seed=3, fused_optimizer=fused, **SMALL)
              .build_algo() for fused in (False, True)}
     algos[False].train()
-    saved = algos[False].learner_group.local_learner._get_optimizer_state()
+    # A checkpoint's optimizer part, through RLlib's state API (what a restore calls).
+    saved = algos[False].learner_group.local_learner.get_state(
+        components=COMPONENT_OPTIMIZER)[COMPONENT_OPTIMIZER]
     learner = algos[True].learner_group.local_learner
-    learner._set_optimizer_state(saved)
+    learner.set_state({COMPONENT_OPTIMIZER: saved})
     (optim,) = dict(learner.get_optimizers_for_module("default_policy")).values()
     assert all(g["fused"] is True and g["foreach"] is None for g in optim.param_groups)
     (saved_optim,) = saved.values()

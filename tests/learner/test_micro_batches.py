@@ -25,7 +25,6 @@ from rllib_llm.exchange.columns import (
     VALUE_TARGETS,
     VALUES,
 )
-from rllib_llm.learner import learner as learner_module
 from rllib_llm.learner import micro_batches
 from rllib_llm.learner.module import RLVRModule
 from rllib_llm.learner.packing import EpisodeTokens, pack
@@ -156,20 +155,18 @@ def test_every_column_of_a_packed_batch_has_a_layout():
 
 
 # --- one optimizer step with and without micro-batches -------------------------------------------
-def _one_step(monkeypatch, prepare=None, **settings):
+def _one_step(watch_learner, prepare=None, **settings):
     """(gradients by parameter name, the step's metrics, the iteration's learner results) of
     one iteration (one optimizer step) of the embedded task."""
     captured = {}
-    real = learner_module.RLVRLearner._apply_step
 
-    def capture(self, step, total, **kwargs):
+    def capture(self, step, *args, **kwargs):
         module = self.module["default_policy"].unwrapped()
         captured["grads"] = {n: p.grad.detach().clone() for n, p in module.named_parameters()
                              if p.grad is not None}
         captured["step"] = dict(step)
-        return real(self, step, total, **kwargs)
 
-    monkeypatch.setattr(learner_module.RLVRLearner, "_apply_step", capture)
+    watch_learner("apply_step", capture)
     algo = embedded_config("ppo", seed=3, **SHAPE, **settings).build_algo()
     if prepare is not None:
         prepare(algo)
@@ -196,13 +193,13 @@ def _same_step(whole, cut):
 
 @pytest.mark.usefixtures("ray_session")
 @pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
-def test_a_token_budget_changes_neither_loss_nor_gradients_nor_metrics(monkeypatch, mode):
+def test_a_token_budget_changes_neither_loss_nor_gradients_nor_metrics(watch_learner, mode):
     settings = dict(loss_agg_mode=mode, use_kl_loss=True, kl_loss_coef=0.1, entropy_coef=0.01,
                     recompute_old_logp=True)
-    whole = _one_step(monkeypatch, max_tokens_per_micro_batch=None, **settings)
+    whole = _one_step(watch_learner, max_tokens_per_micro_batch=None, **settings)
     assert whole[1]["loss"] != 0 and "kl_loss" in whole[1]
     for budget, rows in ((40, None), (97, None), (200, 3)):
-        _same_step(whole, _one_step(monkeypatch, max_tokens_per_micro_batch=budget,
+        _same_step(whole, _one_step(watch_learner, max_tokens_per_micro_batch=budget,
                                     micro_batch_size=rows, **settings))
 
 
@@ -214,19 +211,19 @@ def _critic_head(algo):
 
 
 @pytest.mark.usefixtures("ray_session")
-def test_a_token_budget_changes_nothing_with_a_critic(monkeypatch):
+def test_a_token_budget_changes_nothing_with_a_critic(watch_learner):
     settings = dict(adv_estimator="gae", value_clip=0.1, loss_agg_mode="token-mean")
-    whole = _one_step(monkeypatch, _critic_head, max_tokens_per_micro_batch=None, **settings)
+    whole = _one_step(watch_learner, _critic_head, max_tokens_per_micro_batch=None, **settings)
     assert whole[1]["value_loss"] > 0
     assert any("critic" in name and grad.abs().max() > 0 for name, grad in whole[0].items())
-    _same_step(whole, _one_step(monkeypatch, _critic_head, max_tokens_per_micro_batch=40,
+    _same_step(whole, _one_step(watch_learner, _critic_head, max_tokens_per_micro_batch=40,
                                 **settings))
 
 
 @pytest.mark.usefixtures("ray_session")
-def test_gradient_checkpointing_gives_the_same_gradients(monkeypatch):
-    plain = _one_step(monkeypatch, gradient_checkpointing=False)
-    checkpointed = _one_step(monkeypatch, gradient_checkpointing=True)
+def test_gradient_checkpointing_gives_the_same_gradients(watch_learner):
+    plain = _one_step(watch_learner, gradient_checkpointing=False)
+    checkpointed = _one_step(watch_learner, gradient_checkpointing=True)
     _same_step(plain, checkpointed)
 
 

@@ -90,7 +90,7 @@ def test_one_update_moves_the_adapters_alone_and_the_checkpoint_holds_them(tmp_p
     try:
         learner = algo.learner_group.local_learner
         module = learner.module[DEFAULT_MODULE_ID]
-        optimized = [p for optim in learner._named_optimizers.values()
+        optimized = [p for _, optim in learner.get_optimizers_for_module(DEFAULT_MODULE_ID)
                      for group in optim.param_groups for p in group["params"]]
         adapters = [p for n, p in module.named_parameters() if ".lora_" in n]
         assert {id(p) for p in optimized} == {id(p) for p in adapters}

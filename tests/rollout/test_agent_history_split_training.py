@@ -14,20 +14,14 @@ from test_agent_history_split import rewriting_agent  # noqa: E402
 
 from rllib_llm.algorithm import RLVRConfig  # noqa: E402
 from rllib_llm.exchange.columns import ACTION_MASK, EPISODE_INDEX  # noqa: E402
-from rllib_llm.learner import learner as learner_module  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("ray_session")  # tests/conftest.py
 
 
-def test_one_iteration_trains_every_sequence_of_the_split_episodes(monkeypatch):
+def test_one_iteration_trains_every_sequence_of_the_split_episodes(watch_learner):
     steps = []
-    real = learner_module.RLVRLearner._optimizer_step
-
-    def recording(self, batch, **kwargs):
-        steps.append((batch[ACTION_MASK].shape[0], batch[EPISODE_INDEX].tolist()))
-        return real(self, batch, **kwargs)
-
-    monkeypatch.setattr(learner_module.RLVRLearner, "_optimizer_step", recording)
+    watch_learner("optimizer_step", lambda learner, batch, **kwargs: steps.append(
+        (batch[ACTION_MASK].shape[0], batch[EPISODE_INDEX].tolist())))
     config = (RLVRConfig()
               .environment("openai_agent", env_config={
                   "agent": rewriting_agent, "dataset": "arithmetic",
