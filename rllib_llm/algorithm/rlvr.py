@@ -95,8 +95,10 @@ class RLVR(Algorithm):
         # Actors the cluster cannot hold would wait forever, silently: say so first.
         with fit_check(config):
             super().setup(config)
-        self._direct_sync = direct_weight_sync(config, self.learner_group,
-                                               self.env_runner_group)
+        # The direct weight sync (weight_sync.py) when `weight_sync_backend` asks for one, else
+        # None: `sync_weights()` goes through RLlib's object store.
+        self.direct_sync = direct_weight_sync(config, self.learner_group,
+                                              self.env_runner_group)
         if shares_learner_model(config):
             # One process samples and learns in turn: its sampler samples with the learner's
             # own model, not a second copy of it (a weight sync then copies nothing). A LoRA
@@ -108,12 +110,13 @@ class RLVR(Algorithm):
             announce("the driver's env runner", runner.device,
                      "sampling with the learner's model"
                      if samples_with_learner_model(config) else "")
-        self._reward_workers = None
+        # The reward model's actors (reward_workers.py), or None without a reward model.
+        self.reward_workers = None
         if config.reward_model_name_or_path is not None:
             from rllib_llm.models import load_tokenizer
 
-            self._reward_workers = RewardWorkers(config,
-                                                 load_tokenizer(config.model_name_or_path))
+            self.reward_workers = RewardWorkers(config,
+                                                load_tokenizer(config.model_name_or_path))
         self._collapse_watch = CollapseWatch(
             {name: getattr(config, name) for name in COLLAPSE_SETTINGS})
         self._async = None
@@ -138,7 +141,7 @@ class RLVR(Algorithm):
 
     def training_step(self) -> None:
         with self.metrics.log_time((TIMERS, SAMPLE_TIMER), reduce="mean", window=1):
-            batch = self._sample_batch(self._learner_version())
+            batch = self.sample_batch()
         self.metrics.aggregate(batch.runner_metrics, key=ENV_RUNNER_RESULTS)
         for name, value in batch.metrics.items():
             self.metrics.log_value((ASYNC_RESULTS, name), value, window=1)
@@ -149,7 +152,7 @@ class RLVR(Algorithm):
         self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
 
         with self.metrics.log_time((TIMERS, SYNC_TIMER), reduce="mean", window=1):
-            self._sync_weights()
+            self.sync_weights()
 
     def update_learners(self, episodes: list) -> list[dict[str, Any]]:
         """One update of every learner on `episodes` (what `train()` does between sampling and
@@ -179,16 +182,18 @@ class RLVR(Algorithm):
             # RLlib logged each learner's error; a survivor's collective error is only noise.
             raise learners_died(dead, n) from None
 
-    def _learner_version(self) -> int:
+    def learner_version(self) -> int:
         """The version of the learner's weights: RLlib's weights sequence number, one per
         update, which every weight sync hands to the env runners with the weights."""
         results = self.learner_group.foreach_learner(lambda learner: learner.weight_version())
         return int(results.result_or_errors[0].get())
 
-    def _sync_weights(self) -> None:
-        """Learner -> env runners: a direct sync (broadcast or CUDA IPC) when configured and
-        possible, else RLlib's object-store sync (which also updates the driver's env runner)."""
-        direct = self._direct_sync
+    def sync_weights(self) -> None:
+        """Learner -> env runners, the last phase of `training_step`: a direct sync (broadcast
+        or CUDA IPC) when configured and possible, else RLlib's object-store sync (which also
+        updates the driver's env runner). Afterwards every healthy runner holds the learner's
+        weights and `learner_version()`."""
+        direct = self.direct_sync
         if direct is not None and direct.sync():
             return
         self.env_runner_group.sync_weights(
@@ -201,14 +206,14 @@ class RLVR(Algorithm):
         """RLlib restores a runner with the driver's runner's weights, which a direct sync leaves
         behind: send restored runners the learner's, and set the sync up again with them."""
         restored = super().restore_env_runners(env_runner_group)
-        if restored and self._direct_sync is not None and \
+        if restored and self.direct_sync is not None and \
                 env_runner_group is self.env_runner_group:
             env_runner_group.sync_weights(
                 from_worker_or_learner_group=self.learner_group, to_worker_indices=restored,
                 inference_only=True, timeout_seconds=self.config.weight_sync_timeout_s,
             )
-            self._direct_sync.mark_local_env_runner_fresh()
-            self._direct_sync.invalidate()
+            self.direct_sync.mark_local_env_runner_fresh()
+            self.direct_sync.invalidate()
         return restored
 
     def _restore_training_runners(self) -> list[int]:
@@ -223,8 +228,8 @@ class RLVR(Algorithm):
 
     def cleanup(self) -> None:
         super().cleanup()
-        if getattr(self, "_reward_workers", None) is not None:
-            self._reward_workers.stop()
+        if getattr(self, "reward_workers", None) is not None:
+            self.reward_workers.stop()
 
     # --- checkpoints ------------------------------------------------------------------------------
     def save_to_path(self, path=None, *, state=None, filesystem=None,
@@ -301,9 +306,14 @@ class RLVR(Algorithm):
         if self._async is not None and ASYNC_BATCHES in state:
             self._async.set_state(state[ASYNC_BATCHES])
 
-    def _sample_batch(self, learner_version: int) -> Batch:
-        """This iteration's batch: one round of sampling, or with `dynamic_sampling` as many as
-        it takes to hold `rollout_batch_size` informative groups (dynamic_sampling.py)."""
+    def sample_batch(self, learner_version: int | None = None) -> Batch:
+        """The first phase of `training_step`: one round of sampling, or with
+        `dynamic_sampling` as many as it takes to hold `rollout_batch_size` informative groups
+        (dynamic_sampling.py); each episode's reward combined with the reward model's score when
+        there is one. `learner_version` (default: `learner_version()`) measures the episodes'
+        staleness. Logs the dynamic-sampling and reward-model metrics to `self.metrics`."""
+        if learner_version is None:
+            learner_version = self.learner_version()
         cfg = self.config
         if not cfg.dynamic_sampling:
             batch = self._sample_rewarded(learner_version)
@@ -322,10 +332,10 @@ class RLVR(Algorithm):
         scores when there is one (reward_workers.py): the reward every later step sees. The
         round's reward-model metrics ride in the batch (`Batch.reward_rounds`)."""
         batch = self._sample(learner_version, num_prompts)
-        if self._reward_workers is None:
+        if self.reward_workers is None:
             return batch
         return dataclasses.replace(
-            batch, reward_rounds=[*batch.reward_rounds, self._reward_workers.apply(batch.episodes)])
+            batch, reward_rounds=[*batch.reward_rounds, self.reward_workers.apply(batch.episodes)])
 
     def _sample(self, learner_version: int, num_prompts: int | None = None) -> Batch:
         """This iteration's episodes: generated ahead (asynchronous training: a whole batch), or
@@ -372,7 +382,7 @@ class RLVR(Algorithm):
         if self.config.custom_evaluation_function:
             return super().evaluate(parallel_train_future)
         self._evaluation_callback("on_evaluate_start")
-        results = evaluation_metrics(self._score_held_out(self.evaluation_config))
+        results = evaluation_metrics(self.score_held_out(self.evaluation_config))
         self._evaluation_callback("on_evaluate_end", evaluation_metrics=results)
         return results
 
@@ -386,10 +396,12 @@ class RLVR(Algorithm):
             if value is not None:
                 check_field(name, value, in_evaluation=True)
                 setattr(cfg, name, value)
-        return evaluation_metrics(self._score_held_out(cfg, seed))
+        return evaluation_metrics(self.score_held_out(cfg, seed))
 
-    def _score_held_out(self, eval_config, seed: int | None = None) -> list[EvalShard]:
-        """Every evaluating runner's shard of the held-out problems, one shard per runner."""
+    def score_held_out(self, eval_config, seed: int | None = None) -> list[EvalShard]:
+        """What `evaluate()` reduces: every evaluating runner's shard of the held-out problems
+        under `eval_config` (an evaluation config), one shard per runner, sampled from `seed`
+        (default: the config's `seed`, or 0)."""
         check_held_out(self.config, eval_config)
         base = (self.config.seed or 0) if seed is None else seed
         group, ids = self._evaluation_runners()
@@ -422,8 +434,8 @@ class RLVR(Algorithm):
         else:
             group = self.env_runner_group
         ids = group.healthy_env_runner_ids() if group.num_remote_env_runners() else []
-        if not ids and group is self.env_runner_group and self._direct_sync is not None:
-            self._direct_sync.refresh_local_env_runner()
+        if not ids and group is self.env_runner_group and self.direct_sync is not None:
+            self.direct_sync.refresh_local_env_runner()
         return group, ids
 
     def _evaluation_callback(self, name: str, **kwargs) -> None:

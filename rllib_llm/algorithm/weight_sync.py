@@ -72,6 +72,11 @@ class DirectWeightSync:
         self._local_runner_stale = True
         return True
 
+    @property
+    def members(self) -> list[int] | None:
+        """The remote env runner ids the sync is set up for (None: set up again next time)."""
+        return self._members
+
     def invalidate(self) -> None:
         """Forget the members: the next `sync` sets up again with the runners then healthy."""
         self._members = None

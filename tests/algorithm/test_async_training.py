@@ -9,7 +9,6 @@ import time
 
 import numpy as np
 import pytest
-import ray
 import torch
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
@@ -254,10 +253,9 @@ def test_episodes_older_than_max_staleness_are_dropped_and_sampled_again():
     algo = embedded_config("topr", seed=0, **SMALL, async_generation_ratio=1, max_staleness=1) \
         .env_runners(num_env_runners=1).build_algo()
     recorder = Recorder(algo)
-    push = algo._sync_weights
-    algo._sync_weights = lambda: None  # the pushes of updates 1 and 2 fail
+    algo.sync_weights = lambda: None  # the pushes of updates 1 and 2 fail
     results = [algo.train(), algo.train()]
-    algo._sync_weights = push
+    del algo.sync_weights  # RLVR.sync_weights again
     results += [algo.train() for _ in range(3)]
     algo.stop()
     # Updates 3 and 4 were to train on batches 2 and 3, sampled by version 0 (batch 3 was asked
@@ -272,14 +270,14 @@ def test_episodes_older_than_max_staleness_are_dropped_and_sampled_again():
 
 
 @pytestmark_ray
-def test_a_killed_env_runner_is_restored_and_asynchronous_training_goes_on():
+def test_a_killed_env_runner_is_restored_and_asynchronous_training_goes_on(kill_env_runner):
     """Not about moving weights: the runner's restart and the pipeline going on are its subject."""
     algo = (embedded_config("topr", seed=0, **SMALL, async_generation_ratio=1)
             .env_runners(num_env_runners=2)
             .fault_tolerance(restart_failed_env_runners=True).build_algo())
     recorder = Recorder(algo)
     algo.train()
-    ray.kill(algo.env_runner_group._worker_manager._actors[1], no_restart=False)
+    kill_env_runner(algo, 1)
     results = [algo.train() for _ in range(2)]
     # Ray restarts the killed runner's process and RLlib brings it back (bounded wait).
     deadline = time.monotonic() + 120
@@ -313,7 +311,7 @@ def test_held_out_evaluation_on_the_training_runners_waits_for_the_generation_in
     # A call sent now (as evaluation's is) runs after the last push: with the learner's weights.
     versions = algo.env_runner_group.foreach_env_runner(
         lambda r: r.engine.weight_version, local_env_runner=False)
-    assert versions == [algo._learner_version()] == [3]
+    assert versions == [algo.learner_version()] == [3]
     algo.stop()
     assert all(r["evaluation"]["num_problems"] == 8 for r in results)
     assert [r["async_sampling"]["staleness_mean"] for r in results] == [0.0, 1.0, 1.0]

@@ -72,7 +72,7 @@ def test_each_sync_hands_every_runner_the_learners_current_handles():
         learner.version = version
         assert sync.sync()
     assert [[s.version for s in r.loaded] for r in runners] == [[3, 4], [3, 4]]
-    assert sync._members == [1, 2]
+    assert sync.members == [1, 2]
 
 
 def test_a_runner_off_the_learners_gpu_stops_the_run_before_any_weights_move():
@@ -87,4 +87,4 @@ def test_a_runner_reporting_another_version_makes_the_object_store_sync_this_tim
     learner.version = 5
     sync = sync_for(learner, runners)
     assert not sync.sync()
-    assert sync._members is None  # set up again next time
+    assert sync.members is None  # set up again next time

@@ -109,7 +109,7 @@ def test_dynamic_sampling_needs_groups_and_its_cap_needs_it():
 
 
 def informative_batch_of(algo) -> tuple[list, dict]:
-    batch = algo._sample_batch(0)
+    batch = algo.sample_batch(0)
     groups = groups_in_order(batch.episodes)
     return groups, batch
 
@@ -134,7 +134,7 @@ def test_the_sampler_trains_on_informative_groups_only(ray_session, placement):
         stats = result["dynamic_sampling"]
         assert stats[SHORTFALL_GROUPS] == 0 and 1 <= stats[ROUNDS] <= 8
         assert 0 < stats[UNINFORMATIVE_FRACTION] < 1
-        groups = groups_in_order(algo._sample_batch(algo._learner_version()).episodes)
+        groups = groups_in_order(algo.sample_batch().episodes)
         assert len(groups) == 8 and all(len(g) == 4 for g in groups)
         assert all(is_informative(g) for g in groups)
         assert len({group_of(g[0]) for g in groups}) == 8

@@ -231,7 +231,7 @@ def test_evaluation_interval_and_runners_share_out_the_problems():
     assert [version for version, _ in held] == [4, 4]
     assert all(torch.equal(weight, learner["lm_head.weight"]) for _, weight in held)
     # Each runner scored its share: none twice, none missed.
-    shards = algo._score_held_out(algo.evaluation_config)
+    shards = algo.score_held_out(algo.evaluation_config)
     assert sorted(s.prompt_indices for s in shards) == [[0, 2, 4, 6], [1, 3, 5]]
     # Seeded per shard: the same weights score the same.
     assert evaluation_metrics(shards)["pass@1"] == last["pass@1"]

@@ -15,7 +15,6 @@ import time
 from types import SimpleNamespace
 
 import pytest
-import ray
 import torch
 from ray.exceptions import ActorDiedError
 from ray.rllib.algorithms.algorithm import Algorithm
@@ -87,17 +86,13 @@ def one_remote_runner(**fault_tolerance):
             .fault_tolerance(**fault_tolerance).build_algo())
 
 
-def kill_runner(algo, index: int = 1, *, restart: bool = True) -> None:
-    ray.kill(algo.env_runner_group._worker_manager._actors[index], no_restart=not restart)
-
-
 @pytestmark_ray  # 17-52 s on 2 shared cores: a build, then the runner's restart
-def test_a_plain_loop_survives_its_only_remote_runner_killed(caplog):
+def test_a_plain_loop_survives_its_only_remote_runner_killed(caplog, kill_env_runner):
     """The README's `for _ in range(N): algo.train()` with the one remote runner killed."""
     algo = one_remote_runner()
     try:
         first = algo.train()
-        kill_runner(algo)
+        kill_env_runner(algo, 1)
         with caplog.at_level(logging.WARNING, logger="rllib_llm"):
             results = [algo.train() for _ in range(3)]  # none raises: each waits for the runner
         steps = [r["env_runners"]["num_env_steps_sampled_lifetime"] for r in [first, *results]]
@@ -114,11 +109,12 @@ def test_a_plain_loop_survives_its_only_remote_runner_killed(caplog):
 
 
 @pytestmark_ray
-def test_a_runner_that_does_not_come_back_stops_training_with_one_line_naming_it():
+def test_a_runner_that_does_not_come_back_stops_training_with_one_line_naming_it(
+        kill_env_runner):
     algo = one_remote_runner(env_runner_restore_timeout_s=3.0)
     try:
         algo.train()
-        kill_runner(algo, restart=False)  # Ray does not restart it: it is gone for good
+        kill_env_runner(algo, 1, restart=False)  # Ray does not restart it: it is gone for good
         start = time.monotonic()
         with pytest.raises(RuntimeError) as error:
             algo.train()

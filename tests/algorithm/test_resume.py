@@ -73,7 +73,7 @@ def test_each_env_runner_draws_its_own_samples():
                             response_length=4)
             .env_runners(num_env_runners=2).build_algo())
     algo.train()
-    episodes = algo._sample(algo._learner_version()).episodes
+    episodes = algo.sample_batch().episodes
     seeds = dict(algo.env_runner_group.foreach_env_runner(
         lambda r: (r.worker_index, r.sampling_params(r.sample_calls - 1).seed),
         local_env_runner=False))

@@ -206,10 +206,10 @@ def test_the_combined_reward_is_what_training_sees(classifier):
         runner = algo.env_runner_group.local_env_runner
         episodes = runner.sample()
         verifier = [float(e.get_rewards()[-1]) for e in episodes]
-        prompts, responses = algo._reward_workers.texts(episodes)
+        prompts, responses = algo.reward_workers.texts(episodes)
         assert prompts[0] == episodes[0].get_infos()[0]["prompt"]
         model = RewardScorer(classifier).score(prompts, responses)
-        metrics = algo._reward_workers.apply(episodes)
+        metrics = algo.reward_workers.apply(episodes)
         got = [float(e.get_rewards()[-1]) for e in episodes]
         assert got == pytest.approx([0.5 * v + 2.0 * m for v, m in zip(verifier, model)],
                                     abs=1e-5)

@@ -8,7 +8,6 @@ import time
 
 import numpy as np
 import pytest
-import ray
 import torch
 
 from rllib_llm.recipes.embedded import embedded_config
@@ -170,15 +169,14 @@ def test_remote_env_runners_split_the_prompts_without_duplicates():
     assert len(draws) == 2 and len(set(flat)) == len(flat) == 600
 
 
-def test_remote_env_runners_train_and_survive_a_killed_runner():
+def test_remote_env_runners_train_and_survive_a_killed_runner(kill_env_runner):
     algo = (embedded_config("topr", **TINY)
             .env_runners(num_env_runners=2)
             .fault_tolerance(restart_failed_env_runners=True)
             .build_algo())
     first = algo.train()
     assert first["env_runners"]["num_env_steps_sampled_lifetime"] > 0
-    victim = algo.env_runner_group._worker_manager._actors[1]
-    ray.kill(victim, no_restart=False)
+    kill_env_runner(algo, 1)
     # Training goes on with the surviving runner while RLlib restarts the killed one (bounded).
     deadline = time.monotonic() + 120
     result = algo.train()

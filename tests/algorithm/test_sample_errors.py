@@ -72,7 +72,7 @@ def test_an_error_in_evaluate_is_named_as_such():
 
 @pytest.mark.slow  # a build with one remote runner: 15-50 s on 2 shared cores
 @pytest.mark.usefixtures("ray_session")
-def test_a_remote_runner_whose_sample_raises_stops_train_in_seconds():
+def test_a_remote_runner_whose_sample_raises_stops_train_in_seconds(env_runner_actor):
     algo = (embedded_config("topr", rollout_batch_size=2, num_return_sequences_in_group=2,
                             response_length=4)
             .env_runners(num_env_runners=1).build_algo())
@@ -89,7 +89,7 @@ def test_a_remote_runner_whose_sample_raises_stops_train_in_seconds():
             algo.train()
         assert time.monotonic() - start < 30  # RLlib's restarts took 60 s each
         assert algo.env_runner_group.healthy_env_runner_ids() == [1]  # never restarted
-        assert ray.get(algo.env_runner_group._worker_manager._actors[1].ping.remote()) == "pong"
+        assert ray.get(env_runner_actor(algo, 1).ping.remote()) == "pong"
         # Held-out evaluation on the same runner, the same way.
         algo.env_runner_group.foreach_env_runner(
             lambda r: setattr(r, "evaluate", lambda **kwargs: broken(0)), local_env_runner=False)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 
 import pytest
-import ray
 import torch
 
 from rllib_llm.recipes.embedded import embedded_config
@@ -50,7 +49,7 @@ def test_runners_receive_the_learners_exact_weights_and_version():
     algo = broadcast_config().build_algo()
     results = [algo.train() for _ in range(3)]
     assert_runners_hold(algo, version=3)
-    assert algo._direct_sync._members == [1, 2]  # the group was built and kept
+    assert algo.direct_sync.members == [1, 2]  # the group was built and kept
     # Episodes were sampled by the version before each update (0, 1, 2).
     assert [r["env_runners"]["weight_version"] for r in results] == [0, 1, 2]
     assert all(r["timers"]["weight_sync"] > 0 for r in results)
@@ -58,16 +57,16 @@ def test_runners_receive_the_learners_exact_weights_and_version():
     # current; the driver's runner, outside the group, is left behind.
     eval_config = algo.evaluation_config.copy(copy_frozen=False)
     eval_config.eval_num_problems = 4
-    shards = algo._score_held_out(eval_config)
+    shards = algo.score_held_out(eval_config)
     assert sorted(s.prompt_indices for s in shards) == [[0, 2], [1, 3]]
     assert algo.env_runner_group.local_env_runner.engine.weight_version == 0
     algo.stop()
 
 
-def test_a_killed_runner_is_restored_with_current_weights_and_rejoins_the_group():
+def test_a_killed_runner_is_restored_with_current_weights_and_rejoins_the_group(kill_env_runner):
     algo = broadcast_config().fault_tolerance(restart_failed_env_runners=True).build_algo()
     algo.train()
-    ray.kill(algo.env_runner_group._worker_manager._actors[1], no_restart=False)
+    kill_env_runner(algo, 1)
     deadline = time.monotonic() + 120
     algo.train()  # samples with the survivor; the sync falls back to the object store
     while algo.env_runner_group.num_healthy_remote_workers() < 2 and time.monotonic() < deadline:
@@ -75,9 +74,9 @@ def test_a_killed_runner_is_restored_with_current_weights_and_rejoins_the_group(
         time.sleep(0.5)
     assert algo.env_runner_group.num_healthy_remote_workers() == 2
     algo.train()  # restored: the next sync rebuilds the group and broadcasts over it
-    version = algo.learner_group.local_learner._weights_seq_no
+    version = algo.learner_version()
     assert_runners_hold(algo, version=version)
-    assert algo._direct_sync._members == [1, 2]
+    assert algo.direct_sync.members == [1, 2]
     algo.stop()
 
 

@@ -220,7 +220,7 @@ def test_zero3_with_cpu_offload_takes_the_same_update_and_syncs_it_to_the_env_ru
         for algo in (one, two):
             algo.update_learners(episodes)
         w1 = weights(one)
-        two._sync_weights()
+        two.sync_weights()
         runner = two.env_runner_group.local_env_runner.module.get_state(
             inference_only=True)
     finally:

@@ -418,7 +418,7 @@ def test_remote_vllm_runner_samples_the_broadcast_weights(ray_session):
             lambda r: (r.engine.weight_version,
                        r.engine.generate(prompts, 2, SamplingParams(max_tokens=6, seed=3))),
             local_env_runner=False)[0]
-        assert version == learner._weights_seq_no == 2
+        assert version == learner.weight_version() == 2
         model = learner.module["default_policy"].model
         assert max_logprob_error(model, prompts, out) < 1e-4
 
