@@ -14,7 +14,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 # The recorded bound: lower it when a reach goes, never raise it; add a public seam instead.
-MAX_PRIVATE_REACHES = 70
+MAX_PRIVATE_REACHES = 20
 
 
 def _private(name):
@@ -87,13 +87,12 @@ def test_private_reaches_do_not_grow():
 
 
 def test_counter_counts_a_library_reach_and_not_own_helpers():
-    source = "def _mine(): pass\nalgo._sample_batch()\nobj._mine\nx.__dict__\nt._no_such_name\n"
-    reached = [attr for _, attr, _ in _attribute_reaches(source)]
-    assert reached == ["_sample_batch", "_no_such_name"]
-    assert _defined_in([ROOT / "rllib_llm"], {"_sample_rewarded", "_no_such_name"}) == {
+    source = "def _mine(): pass\nalgo._sample_rewarded()\nobj._mine\nx.__dict__\nt._no_such\n"
+    reached = sorted(attr for _, attr, _ in _attribute_reaches(source))
+    assert reached == ["_no_such", "_sample_rewarded"]
+    assert _defined_in([ROOT / "rllib_llm"], {"_sample_rewarded", "_no_such"}) == {
         "_sample_rewarded"}
-    assert _defined_in([_ray_rllib()], {"_worker_manager", "_no_such_name"}) == {
-        "_worker_manager"}
+    assert _defined_in([_ray_rllib()], {"_worker_manager", "_no_such"}) == {"_worker_manager"}
 
 
 if __name__ == "__main__":
