@@ -163,10 +163,22 @@ def test_a_reward_worker_killed_mid_batch_is_restarted_and_the_batch_scored(clas
         repeats *= 2
         prompts, responses, want = PROMPTS * repeats, RESPONSES * repeats, want * repeats
         pid = ray.get(workers.workers[0].__ray_call__.remote(lambda worker: os.getpid()))
+
+        def cpu_s():  # the worker's user + system CPU seconds (/proc/PID/stat fields 14, 15)
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+        idle = cpu_s()
         with ThreadPoolExecutor(1) as pool:
             scoring = pool.submit(workers.score, prompts, responses)
-            time.sleep(0.5)
-            assert not scoring.done()
+            # Killed once it is scoring (its process has spent 0.2 s of CPU on the call, which
+            # takes over 2 s), seen by a bounded poll: after a fixed sleep, a call not yet
+            # started under load passed as "killed mid-batch".
+            deadline = time.monotonic() + 120
+            while cpu_s() - idle < 0.2 and not scoring.done() and time.monotonic() < deadline:
+                time.sleep(0.005)
+            assert not scoring.done(), "the batch was scored before the worker could be killed"
+            assert cpu_s() - idle >= 0.2, "the worker did not start scoring within 120 s"
             os.kill(pid, signal.SIGKILL)
             assert scoring.result(timeout=600) == pytest.approx(want, abs=1e-5)
         assert ray.get(workers.workers[0].__ray_call__.remote(lambda w: os.getpid())) != pid
