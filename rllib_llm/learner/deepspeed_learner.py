@@ -40,6 +40,7 @@ from rllib_llm.learner.learner import (
     use_configured_kernel,
 )
 from rllib_llm.learner.module import RUN_IN_FORWARD
+from rllib_llm.learner.weight_buckets import weight_buckets
 
 INSTALL_HINT = ("DS_BUILD_OPS=0 pip install --no-build-isolation 'rllib_llm[deepspeed]' "
                 "(with torch installed first)")
@@ -93,18 +94,10 @@ class PartitionedWeights:
     def _buckets(self, include: Callable[[str], bool]):
         """[(key, parameter or buffer)] runs of at most `bucket_bytes` of weights, in order (a
         larger weight is a bucket of its own)."""
-        bucket, size = [], 0
-        for key, value in self.module.state_dict(keep_vars=True).items():
-            if not include(key):
-                continue
-            nbytes = getattr(value, "ds_numel", value.numel()) * value.element_size()
-            if bucket and size + nbytes > self.bucket_bytes:
-                yield bucket
-                bucket, size = [], 0
-            bucket.append((key, value))
-            size += nbytes
-        if bucket:
-            yield bucket
+        yield from weight_buckets(
+            ((key, value, getattr(value, "ds_numel", value.numel()) * value.element_size())
+             for key, value in self.module.state_dict(keep_vars=True).items() if include(key)),
+            self.bucket_bytes)
 
 
 def _skip_shared_memory_all_reduce() -> None:

@@ -20,6 +20,7 @@ import torch.distributed as dist
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
+from rllib_llm.learner.weight_buckets import weight_buckets
 from rllib_llm.models import DTYPES
 
 EMPTY = torch.empty(0)  # what a rank that keeps no copy holds for a weight it gathered
@@ -141,22 +142,17 @@ class ShardedWeights:
     def buckets(self, include: Callable[[str], bool]) -> Iterator[list[tuple[str, torch.Tensor]]]:
         """[(key, parameter or buffer)] runs of at most `bucket_bytes` of whole weights, in the
         state dict's order (a larger weight is a bucket of its own)."""
-        yield from _buckets(((k, v) for k, v in self.module.state_dict(keep_vars=True).items()
-                             if include(k)), self.bucket_bytes)
+        yield from weight_buckets(_sized((k, v) for k, v in
+                                         self.module.state_dict(keep_vars=True).items()
+                                         if include(k)), self.bucket_bytes)
 
 
-def _buckets(items, bucket_bytes: int):
-    bucket, size, seen = [], 0, set()
+def _sized(items) -> Iterator[tuple[str, torch.Tensor, int]]:
+    """(key, weight, whole bytes); a weight seen before under another key (tied) counts 0."""
+    seen: set[int] = set()
     for key, value in items:
-        nbytes = 0 if id(value) in seen else value.numel() * value.element_size()
+        yield key, value, 0 if id(value) in seen else value.numel() * value.element_size()
         seen.add(id(value))
-        if bucket and size + nbytes > bucket_bytes:
-            yield bucket
-            bucket, size = [], 0
-        bucket.append((key, value))
-        size += nbytes
-    if bucket:
-        yield bucket
 
 
 def gathered(bucket: list[tuple[str, torch.Tensor]],
