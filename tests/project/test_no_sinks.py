@@ -1,8 +1,8 @@
-"""No value passes between methods through `self` outside the learner either (STYLE.md, habits
-13 and 17): in the algorithm, the env runner, the module and the math env, a method other than
+"""No value passes between methods through `self` (STYLE.md, habits 13 and 17): in the learner,
+the algorithm, the env runner, the module and the math env, a method other than
 set-up writes to `self` only the state it keeps across calls, each listed here with why. A new
-write (a sink one method fills for another to read) fails here. The learner's own check is
-tests/learner/test_step_context.py. Read from the source files: nothing is imported."""
+write (a sink one method fills for another to read) fails here. Read from the source files:
+nothing is imported."""
 
 from __future__ import annotations
 
@@ -37,6 +37,14 @@ CLASSES = {
         }),
     ("rllib_llm/learner/module.py", "RLVRModule"): (
         {"setup"}, {"use_budgets": {"budgets"}}),  # the budgets sized for the learner's device
+    # An update's methods write only counters kept across steps, each in the learner's
+    # checkpoint; what a step's losses need is passed to them, what they compute returned.
+    ("rllib_llm/learner/learner.py", "RLVRLearner"): (
+        {"build", "set_state", "open_weight_broadcast"}, {
+            "_update": {"_value_pretrain_done"},
+            "_apply_step": {"_nonfinite_in_a_row"},
+            "_count_nonfinite_step": {"_nonfinite_in_a_row", "_nonfinite_total"},
+        }),
 }
 
 
