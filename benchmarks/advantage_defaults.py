@@ -105,12 +105,15 @@ def main() -> None:
     parser.add_argument("--out", help="append each run as a JSON line to this file")
     parser.add_argument("--table-from", help="print the table of the runs in this file and exit")
     args = parser.parse_args()
-    iterations = args.iterations or {"embedded": 50, "smollm2": 20}[args.task]
+    runs = [json.loads(line) for line in open(args.table_from) if line.strip()] \
+        if args.table_from else []
+    # A file's table is read at the iterations its runs were read at, whatever --task says.
+    iterations = max(int(i) for i in runs[0]["curve"]) if runs else \
+        args.iterations or {"embedded": 50, "smollm2": 20}[args.task]
     readings = sorted({max(1, iterations // 2), iterations})
     header = ["advantages", *(f"held-out after {i}" for i in [0, *readings]), "gain (points)",
               "s / iteration"]
     if args.table_from:
-        runs = [json.loads(line) for line in open(args.table_from) if line.strip()]
         print(table(runs, ARMS, header, cells(readings)))
         return
     ray.init(include_dashboard=False, log_to_driver=False)
