@@ -42,16 +42,6 @@ def pytest_runtest_setup(item):
         ray.shutdown()
 
 
-def pytest_collection_modifyitems(config, items):
-    """Modules with slow tests run first, those that share Ray next to each other; each
-    module's tests stay together and in order (module fixtures are built once). Under
-    `--dist worksteal` the two workers then end on short tests: a learning test of several
-    minutes started last kept one core idle while the other finished it."""
-    slow = {item.path for item in items if item.get_closest_marker("slow")}
-    ray_modules = {item.path for item in items if "ray_session" in item.fixturenames}
-    items.sort(key=lambda item: (item.path not in slow, item.path not in ray_modules))
-
-
 def env_runner_actor(algo, index: int):
     """The Ray actor of `algo`'s remote env runner `index`, asked of the runner itself (RLlib keeps
     the handles in its private `_worker_manager`)."""
