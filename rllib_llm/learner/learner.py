@@ -300,7 +300,9 @@ class RLVRLearner(TorchLearner):
 
     # --- the loss of one micro-batch ------------------------------------------------------------
     def compute_loss_for_module(self, *, module_id, config, batch, fwd_out) -> torch.Tensor:
-        """RLlib's loss hook: the micro-batch's total loss (`micro_batch_loss`'s `total`)."""
+        """RLlib's loss hook: the micro-batch's total loss (`micro_batch_loss`'s `total`). The
+        step calls `micro_batch_loss` itself (it needs the metrics too): a subclass changes the
+        loss there, not here."""
         return self.micro_batch_loss(config=config, batch=batch, fwd_out=fwd_out).total
 
     def micro_batch_loss(self, *, config, batch, fwd_out) -> MicroBatchLoss:

@@ -114,7 +114,7 @@ class Recorder:
         self.updates: list[tuple[int, list[SingleAgentEpisode]]] = []
         self.loss_batches: list[dict[str, torch.Tensor]] = []
         self.weights: dict[int, dict[str, torch.Tensor]] = {}  # version -> the policy's weights
-        update, loss = self.learner.update, self.learner.compute_loss_for_module
+        update, loss = self.learner.update, self.learner.micro_batch_loss
         model = self.learner.module["default_policy"].model
 
         def recording_update(*args, training_data, **kwargs):
@@ -123,13 +123,13 @@ class Recorder:
             self.updates.append((version, list(training_data.episodes)))
             return update(*args, training_data=training_data, **kwargs)
 
-        def recording_loss(*, module_id, config, batch, fwd_out):
+        def recording_loss(*, config, batch, fwd_out):
             self.loss_batches.append({k: v.detach().clone() for k, v in batch.items()
                                       if isinstance(v, torch.Tensor)})
-            return loss(module_id=module_id, config=config, batch=batch, fwd_out=fwd_out)
+            return loss(config=config, batch=batch, fwd_out=fwd_out)
 
         self.learner.update = recording_update
-        self.learner.compute_loss_for_module = recording_loss
+        self.learner.micro_batch_loss = recording_loss
 
     def lags(self) -> list[list[int]]:
         return [a.staleness(eps, version).tolist() for version, eps in self.updates]
