@@ -60,11 +60,13 @@ demo: setup $(if $(filter vllm,$(ENGINE)),setup-vllm)
 # repo. TEST_WORKERS pytest processes (pytest-xdist) share the tests out: a learning test is one
 # single-threaded process, so on 2 cores two run side by side; worksteal evens out the long tests.
 # The two cores are busy ~90% of the run, so its time follows the sum of the tests' times.
-# Measured on 2 cores (benchmarks/RESULTS.md, "Budgets of the learning tests"): 45.8 minutes
+# Measured on 2 cores (benchmarks/results/learning.md, "Budgets of the learning tests"): 45.8 minutes
 # (5,429 test-seconds) on a slow machine on 2026-11-28, 39.5 (4,649) after the cuts of that
 # morning; 30.5 minutes (3,548 test-seconds, 1,915 tests) with the learning tests at 30-50
 # iterations of a constant rate measured by greedy accuracy (2026-11-28, on a machine about 1.25x
-# faster than the morning's). CI adds its set-up (a few minutes) and `make test-vllm`: 75 s to
+# faster than the morning's); 39.6 minutes (4,499 test-seconds, 2,164 tests) on 2026-11-29 with
+# the agent gateway, FSDP2 and the fault tests, on a quiet machine with AVX-512 BF16. CI adds its
+# set-up (a few minutes) and `make test-vllm`: 75 s to
 # install vLLM, then its tests one at a time (vLLM spawns engine processes), ~3 minutes now that its
 # learning test trains 50 iterations (300 before: 6 minutes).
 # --durations=25 lists the 25 slowest tests at the end, to watch the suite's time.
@@ -79,8 +81,11 @@ test: setup setup-smollm2
 test-fast: setup
 	$(BIN)/python -m pytest -m "not vllm and not slow" -n $(TEST_WORKERS) --dist worksteal
 
+# OMP_NUM_THREADS=1, as Ray gives its workers: the tests set torch to one thread, and a thread
+# the gateway decodes vLLM from would otherwise start with OpenMP's default (the cores), which
+# vLLM's CPU attention refuses against metadata built for the other count.
 test-vllm: setup-vllm setup-smollm2
-	$(BIN)/python -m pytest -m vllm
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -m vllm
 
 # The update-level tests with every optimizer step undone: lists the tests that took a step and
 # still passed, and fails on any whose docstring does not say why movement is not its subject

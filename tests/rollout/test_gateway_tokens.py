@@ -11,6 +11,8 @@ temperature, as are the top-k alternatives the client is answered (`top_logprobs
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 from gateway_fakes import ScriptedEngine, bpe_chat_tokenizer
@@ -132,6 +134,16 @@ def chain_model_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def hf_model(chain_model_dir) -> LlamaForCausalLM:
     return LlamaForCausalLM.from_pretrained(chain_model_dir).eval()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def engines_collected_before_the_next_module():
+    """A vLLM engine shuts down when it is collected, and its shutdown tears down vLLM's
+    process-wide parallel state: collected later, during another module's tests, it broke that
+    module's engine ("pipeline model parallel group is not initialized"). Torn down after the
+    engine fixtures (set up first), so their cached engines are released by then."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture(scope="module", params=["torch", pytest.param("vllm", marks=pytest.mark.vllm)])
