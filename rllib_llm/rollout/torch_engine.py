@@ -366,6 +366,13 @@ def left_pad(
     return input_ids.to(device), attention_mask.to(device)
 
 
+def reported_logits(logits: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
+    """`(B, V)` float32 logits of the distribution the engine reports log-probs of:
+    logits / temperature, or the logits themselves when greedy (temperature 1)."""
+    x = logits.float()
+    return x if sampling.greedy else x / sampling.temperature
+
+
 def sample_next_token(
     logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -376,11 +383,10 @@ def sample_next_token(
     x = logits / temperature in float32, so that for equal logits the two are bit-equal (torch's
     fused `log_softmax` rounds differently, by up to ~1e-6).
     """
-    x = logits.float()
+    x = reported_logits(logits, sampling)  # (B, V)
     if sampling.greedy:
         token = x.argmax(dim=-1)  # (B,); logp reported at temperature 1
     else:
-        x = x / sampling.temperature  # (B, V)
         probs = torch.log_softmax(x, dim=-1).exp()
         if sampling.top_p < 1.0:
             probs = top_p_filter(probs, sampling.top_p)
@@ -396,9 +402,7 @@ def top_k_logprobs(
     token's log-prob from (logits / temperature before top-p; temperature 1 when greedy),
     computed with the same operations, so a sampled token found here has bit-equal log-probs.
     """
-    x = logits.float()
-    if not sampling.greedy:
-        x = x / sampling.temperature  # (B, V)
+    x = reported_logits(logits, sampling)  # (B, V)
     values, ids = x.topk(k, dim=-1)  # (B, k), sorted
     return ids, values - torch.logsumexp(x, dim=-1, keepdim=True)
 
