@@ -77,11 +77,6 @@ class GatewayService:
         self.batcher = batcher
         self.settings = settings
         self.renderer = PromptRenderer(tokenizer)
-        # The longest prompt + completion the engine holds, where it has a bound (vLLM's
-        # max_model_len). vLLM refuses a longer prompt with an error that fails its whole engine
-        # call, every episode's request of the batch with it, so such a prompt is answered 400
-        # here, as past the episode's own bound.
-        self.engine_context: int | None = getattr(batcher.engine, "max_model_len", None)
 
     def models(self) -> dict[str, Any]:
         return {"object": "list", "data": [{"id": self.settings.model_name, "object": "model",
@@ -185,8 +180,11 @@ class GatewayService:
             record.truncated_by = record.truncated_by or MAX_TOTAL_TOKENS
 
     def _context(self, record: EpisodeRecord) -> int:
-        """Most tokens of a call's prompt + completion: the episode's bound, or the engine's."""
-        return min(record.bounds.max_total_tokens, self.engine_context or sys.maxsize)
+        """Most tokens of a call's prompt + completion: the episode's bound, or the engine's
+        (the batcher's `context`, vLLM's max_model_len). vLLM refuses a longer prompt with an
+        error that fails its whole engine call, every episode's request of the batch with it, so
+        such a prompt is answered 400 here, as past the episode's own bound."""
+        return min(record.bounds.max_total_tokens, self.batcher.context or sys.maxsize)
 
     def _completion_prompt(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):
