@@ -20,17 +20,22 @@ ROOT = Path(__file__).resolve().parents[2]
 SMOLLM2_EXAMPLE = ROOT / "examples" / "smollm2_compare.py"  # a real model: its own test below
 EXAMPLES = sorted(set((ROOT / "examples").glob("*.py")) - {SMOLLM2_EXAMPLE})
 
-# A gain clear of the evaluation's noise in a short run: 150 iterations of the TOPR example; 100 of
+# A gain clear of the evaluation's noise in a short run (8 points, DEFAULT_MIN_GAIN, on 500 held-out
+# problems): 150 iterations of the TOPR example; 100 of
 # ROLL's PPO and TOPR configs, whose iterations (512 responses, a critic, a reference model) cost
 # twice as much and which gained +18 points in 100 (benchmarks/RESULTS.md, "The critic"); 25 of
 # the custom tool env, whose iterations (multi-turn, 256 episodes of up to ~40 tokens) cost ~5x
 # the TOPR example's and which gained +60 points in 100 (28% -> 81% training accuracy by 25).
-SHORT_BUDGET = ["--eval-problems", "500", "--min-gain", "8"]
+SHORT_BUDGET = ["--eval-problems", "500"]
 # 10 of the Agents SDK agent (the embedded tool task through the agent gateway, ~10 s an
-# iteration here): +42.4 points in 10 (2026-11-29).
+# iteration here): +42.4 points in 10 (2026-11-29), and the `openai`-client agent of
+# recipes/embedded_agent.py +40.7 to +43.4 in three runs; its bar is math_tool's, 20 points
+# (tests/project/test_learning.py), as it is the learning test of agents behind the gateway.
 ITERATIONS = {"roll_ppo.py": 100, "roll_topr.py": 100, "custom_tool_env.py": 25,
               "openai_agents_sdk.py": 10}
 DEFAULT_ITERATIONS = 150
+MIN_GAIN = {"openai_agents_sdk.py": 20.0}
+DEFAULT_MIN_GAIN = 8.0
 
 
 def test_there_are_examples():
@@ -42,13 +47,15 @@ def test_there_are_examples():
 def test_example_learns_with_a_short_budget(example):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     iterations = str(ITERATIONS.get(example.name, DEFAULT_ITERATIONS))
-    run = subprocess.run([sys.executable, str(example), "--iterations", iterations, *SHORT_BUDGET],
+    min_gain = MIN_GAIN.get(example.name, DEFAULT_MIN_GAIN)
+    run = subprocess.run([sys.executable, str(example), "--iterations", iterations, *SHORT_BUDGET,
+                          "--min-gain", str(min_gain)],
                          capture_output=True, text=True, timeout=900, env=env, cwd=example.parent)
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-4000:]
     learned = re.search(r"^learned: ([+-][0-9.]+) points", run.stdout, re.MULTILINE)
     assert learned, out[-4000:]
-    assert float(learned.group(1)) >= 8.0
+    assert float(learned.group(1)) >= min_gain
 
 
 # SmolLM2-135M-Instruct's example with a CI-sized budget: 8 prompts x 4 responses of up to 12
