@@ -24,9 +24,9 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
 from rllib_llm import core
 from rllib_llm.algorithm import config_rules, config_types
-from rllib_llm.algorithm.config_rules.evaluation import check_evaluation_config_keys
-from rllib_llm.algorithm.config_rules.learners import check_lr
-from rllib_llm.algorithm.config_rules.rllib_settings import RLLIB_REPLACED
+from rllib_llm.algorithm.config_rules.evaluation_rules import check_evaluation_config_keys
+from rllib_llm.algorithm.config_rules.learner_rules import check_lr
+from rllib_llm.algorithm.config_rules.rllib_rules import RLLIB_REPLACED
 from rllib_llm.algorithm.fields import (
     ALIASES,
     FIELDS,

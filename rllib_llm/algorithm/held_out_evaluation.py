@@ -1,6 +1,6 @@
 """The driver's side of evaluation: each runner's seed, and the metrics of the runners' shards
 merged (`rllib_llm.rollout.held_out_sampling` scores a shard; that the problems are held out is
-a config rule, `config_rules.evaluation.check_held_out`).
+a config rule, `config_rules.evaluation_rules.check_held_out`).
 """
 
 from __future__ import annotations

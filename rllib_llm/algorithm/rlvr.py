@@ -41,8 +41,8 @@ from rllib_llm.algorithm.checkpoint_files import (
 )
 from rllib_llm.algorithm.cluster_fit import fit_check
 from rllib_llm.algorithm.collapse import CollapseWatch
-from rllib_llm.algorithm.config_rules.evaluation import check_held_out
-from rllib_llm.algorithm.config_rules.placement import (
+from rllib_llm.algorithm.config_rules.evaluation_rules import check_held_out
+from rllib_llm.algorithm.config_rules.placement_rules import (
     samples_with_learner_model,
     shares_learner_model,
 )

@@ -130,7 +130,7 @@ def _checkpoint(model: str, checkpoint: str | None) -> Path | None:
 def check_evaluable(config: RLVRConfig) -> None:
     """What RLVR would refuse only once built (seconds of loading later, as a traceback): the
     held-out problems must not be the training ones."""
-    from rllib_llm.algorithm.config_rules.evaluation import check_held_out
+    from rllib_llm.algorithm.config_rules.evaluation_rules import check_held_out
 
     check_held_out(config, config.get_evaluation_config_object())
 

@@ -1,4 +1,4 @@
-"""Placement honoured or refused (exchange/devices.py, algorithm/config_rules/placement.py): in
+"""Placement honoured or refused (exchange/devices.py, algorithm/config_rules/placement_rules.py): in
 one process the sampler samples on the learner's device and the shared model never moves; a
 process given a GPU it cannot see fails clearly; every process reports its device.
 

@@ -52,7 +52,7 @@ def test_importing_the_engine_module_does_not_import_vllm():
 
 def test_config_rules_of_the_mismatch_correction():
     from rllib_llm import RLVRConfig
-    from rllib_llm.algorithm.config_rules.sampling import check_rollout_engine
+    from rllib_llm.algorithm.config_rules.sampling_rules import check_rollout_engine
 
     cfg = RLVRConfig().environment("math_verify")
     assert not cfg.recomputes_old_logp

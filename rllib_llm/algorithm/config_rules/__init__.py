@@ -2,38 +2,40 @@
 others (`resolve_derived`): the one place to read which rules exist and in which order.
 
 Each rule is a function of the config that raises ValueError naming the settings, the rule and
-a fix, and returns nothing; it lives in the module of its topic (model, sampling, placement,
-batches, learners, DeepSpeed, FSDP2, advantages, distillation, reward model, RLlib's settings,
-evaluation). Defaults come from `fields.FIELDS` (`changed_fields`, `refuse_changed`), never from
-a copy here. `check_all` runs `CHECKS` in order after every field passed its own rule
-(fields.py); the builder, `config.py`, calls both from `validate()`.
+a fix, and returns nothing; it lives in the module of its topic, `<topic>_rules.py` (model,
+sampling, placement, batch, learner, DeepSpeed, advantage, reward model, RLlib's settings,
+evaluation; FSDP2's and distillation's are still `fsdp2.py` and `distillation.py`), named so
+that no rule module shares its name with a module of the code it checks. Defaults come from
+`fields.FIELDS` (`changed_fields`, `refuse_changed`), never from a copy here. `check_all` runs
+`CHECKS` in order after every field passed its own rule (fields.py); the builder, `config.py`,
+calls both from `validate()`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from rllib_llm.algorithm.config_rules.advantages import (
+from rllib_llm.algorithm.config_rules.advantage_rules import (
     check_critic,
     check_dynamic_sampling,
     check_groups,
 )
-from rllib_llm.algorithm.config_rules.batches import check_batch_sizes
-from rllib_llm.algorithm.config_rules.deepspeed import check_deepspeed_settings
+from rllib_llm.algorithm.config_rules.batch_rules import check_batch_sizes
+from rllib_llm.algorithm.config_rules.deepspeed_rules import check_deepspeed_settings
 from rllib_llm.algorithm.config_rules.distillation import check_distillation
-from rllib_llm.algorithm.config_rules.evaluation import check_evaluation
+from rllib_llm.algorithm.config_rules.evaluation_rules import check_evaluation
 from rllib_llm.algorithm.config_rules.fsdp2 import check_fsdp2
-from rllib_llm.algorithm.config_rules.learners import (
+from rllib_llm.algorithm.config_rules.learner_rules import (
     check_autocast,
     check_learners,
     check_lora,
     check_model_dtype,
 )
-from rllib_llm.algorithm.config_rules.model import check_lengths, check_model, check_overlong
-from rllib_llm.algorithm.config_rules.placement import check_cuda_ipc_sync, check_placement
-from rllib_llm.algorithm.config_rules.reward_model import check_reward_model
-from rllib_llm.algorithm.config_rules.rllib_settings import check_env_config, check_rllib_settings
-from rllib_llm.algorithm.config_rules.sampling import (
+from rllib_llm.algorithm.config_rules.model_rules import check_lengths, check_model, check_overlong
+from rllib_llm.algorithm.config_rules.placement_rules import check_cuda_ipc_sync, check_placement
+from rllib_llm.algorithm.config_rules.reward_model_rules import check_reward_model
+from rllib_llm.algorithm.config_rules.rllib_rules import check_env_config, check_rllib_settings
+from rllib_llm.algorithm.config_rules.sampling_rules import (
     check_async,
     check_partial_rollouts,
     check_rollout_engine,

@@ -1,5 +1,6 @@
 """The rules of how the learners train: the weights' dtype, the learning rate, several learners
-sharing a batch, LoRA adapters and mixed precision. (DeepSpeed's own settings: deepspeed.py.)"""
+sharing a batch, LoRA adapters and mixed precision. (DeepSpeed's own settings:
+deepspeed_rules.py.)"""
 
 from __future__ import annotations
 

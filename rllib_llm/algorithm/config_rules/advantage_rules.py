@@ -5,7 +5,7 @@ response with its group (a group baseline, group normalisation, dynamic sampling
 from __future__ import annotations
 
 from rllib_llm import core
-from rllib_llm.algorithm.config_rules.learners import check_lr
+from rllib_llm.algorithm.config_rules.learner_rules import check_lr
 from rllib_llm.algorithm.fields import changed_fields, refuse_changed
 
 # Settings only the critic (adv_estimator='gae') reads: with a critic-free estimator they must
