@@ -25,19 +25,15 @@ so it restores into a torch learner too.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 from ray.rllib.core import DEFAULT_MODULE_ID
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 
-from rllib_llm.learner import fsdp2
+from rllib_llm.learner import fsdp2, shards
 from rllib_llm.learner.learner import GRAD_NORM, RLVRLearner, use_configured_kernel
-from rllib_llm.learner.learner_group import SHARDS_DIR
 from rllib_llm.learner.module import REFERENCE
 
 
@@ -113,28 +109,7 @@ class FSDP2RLVRLearner(RLVRLearner):
     # --- sharded checkpoints (torch.distributed.checkpoint) ---------------------------------------
     def save_shards(self, directory: str) -> None:
         """Collective: every learner writes its shards of the module's weights and of Adam's
-        state into `directory` (torch.distributed.checkpoint: a file per learner and the
-        metadata), nothing gathered."""
-        module, optims = self.module[DEFAULT_MODULE_ID], list(self._named_optimizers.values())
-        weights, adam = get_state_dict(module, optims)
-        dcp.save({"model": weights, "optim": adam}, checkpoint_id=directory)
-
-    def load_shards(self, directory: str) -> None:
-        """Collective: every learner reads its shards back from `directory` (written by any
-        number of learners: torch.distributed.checkpoint reshards)."""
-        module, optims = self.module[DEFAULT_MODULE_ID], list(self._named_optimizers.values())
-        weights, adam = get_state_dict(module, optims)
-        state = {"model": weights, "optim": adam}
-        dcp.load(state, checkpoint_id=directory)
-        set_state_dict(module, optims, model_state_dict=state["model"],
-                       optim_state_dict=state["optim"])
-        for optim in optims:
-            use_configured_kernel(optim, bool(self.config.fused_optimizer))
-
-    def restore_from_path(self, path, *args, **kwargs) -> None:
-        """RLlib's restore, then the shards a sharded checkpoint holds beside it (every learner
-        restores at once: RLlib calls them all)."""
-        super().restore_from_path(path, *args, **kwargs)
-        shards = Path(path) / SHARDS_DIR
-        if kwargs.get("component") is None and shards.is_dir():
-            self.load_shards(str(shards))
+        state into `directory` (`shards.save`: a file per learner and the metadata), nothing
+        gathered. Every kind of learner reads them back (`RLVRLearner.restore_from_path`)."""
+        shards.save(self.module[DEFAULT_MODULE_ID], list(self._named_optimizers.values()),
+                    directory)

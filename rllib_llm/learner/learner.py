@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -54,7 +55,8 @@ from rllib_llm.exchange.columns import ENTROPY as ENTROPY_OUT
 from rllib_llm.exchange.devices import IS_GPU, announce, is_gpu, module_device, require_visible_gpu
 from rllib_llm.exchange.host_memory import release_freed_memory
 from rllib_llm.exchange.threads import set_torch_threads
-from rllib_llm.learner import data_parallel, micro_batches
+from rllib_llm.learner import data_parallel, micro_batches, shards
+from rllib_llm.learner.learner_group import SHARDS_DIR
 from rllib_llm.learner.optimizer_steps import minibatch_rows, row_groups
 from rllib_llm.learner.step_context import StepContext, positive_rows, step_context, with_context
 from rllib_llm.learner.step_metrics import MicroBatchMetrics, over_micro_batches, over_steps
@@ -430,6 +432,18 @@ class RLVRLearner(TorchLearner):
             "value_pretrain_done": self._value_pretrain_done,
         }
         return state
+
+    def restore_from_path(self, path, *args, **kwargs) -> None:
+        """RLlib's restore, then the module's weights and Adam's state from the shards FSDP2
+        learners write in their place (`shards.py`) when the checkpoint holds them: read whole
+        by a torch learner, resharded by FSDP2 learners of any count."""
+        super().restore_from_path(path, *args, **kwargs)
+        directory = Path(path) / SHARDS_DIR
+        if kwargs.get("component") is None and directory.is_dir():
+            optims = list(self._named_optimizers.values())
+            shards.load(self.module[DEFAULT_MODULE_ID], optims, str(directory))
+            for optim in optims:
+                use_configured_kernel(optim, bool(self.config.fused_optimizer))
 
     def set_state(self, state: dict[str, Any]) -> None:
         super().set_state(state)
