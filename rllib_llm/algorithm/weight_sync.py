@@ -10,6 +10,12 @@ CUDA IPC: the learner returns handles to its weights on its GPU; each runner on 
 from them (`exchange/weight_ipc.py`). The runners' GPUs are checked once per set of runners: a
 runner that cannot see the learner's GPU is a placement error, raised, not fallen back from.
 
+Every bucket a broadcast carries comes with its checksum, checked by each runner before the bucket
+reaches its engine (`exchange/weight_checksums.py`). A bucket that fails it stops the run with
+the runner's one line (`WeightChecksumError`: the bucket, the tensor, the learner's version):
+weights that arrived corrupt or misordered are a fault to find, not one to sample from or to
+paper over by syncing again through the object store.
+
 The members are fixed when a sync is set up, so anything that changes them (a runner that died,
 a restored runner) makes the next sync fall back to RLlib's object-store sync, and the one after
 it set up again. The driver's own env runner is not a member: it receives the learner's weights
@@ -24,6 +30,8 @@ from typing import Any
 
 from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_RL_MODULE
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
+
+from rllib_llm.exchange.weight_checksums import WeightChecksumError
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +52,7 @@ class DirectWeightSync:
 
         Returns False, having changed nothing, when a runner is down or the sync failed: the
         caller then syncs through the object store, and the sync is set up again next time.
+        Raises `WeightChecksumError` when a runner refused a bucket of the weights.
         """
         group = self.env_runner_group
         ids = group.healthy_env_runner_ids()
@@ -55,8 +64,8 @@ class DirectWeightSync:
                 self._set_up(ids)
                 self._members = list(ids)
             versions, version = self._push(ids)
-        except ValueError:  # a configuration error (e.g. 'nccl' without GPUs): say so, loudly
-            raise
+        except (ValueError, WeightChecksumError):
+            raise  # a configuration error (e.g. 'nccl' without GPUs) or corrupt weights: loudly
         except Exception as e:  # a runner died mid-sync, or the group timed out
             logger.warning("%s weight sync failed (%s: %s); syncing through the object store "
                            "and setting it up again next time.", self.config.weight_sync_backend,
@@ -149,8 +158,13 @@ class BroadcastWeightSync(DirectWeightSync):
         )
 
     def _push(self, ids: list[int]) -> tuple[list[Any], Any]:
-        return self._concurrently(lambda learner: learner.broadcast_weights(),
-                                  lambda runner: runner.receive_weights(), ids)
+        versions, version = self._concurrently(
+            lambda learner: learner.broadcast_weights(),
+            lambda runner: refusal_or(runner.receive_weights), ids)
+        for answer in versions:
+            if isinstance(answer, WeightChecksumError):
+                raise answer
+        return versions, version
 
     def _concurrently(self, on_learner, on_runner, ids: list[int]) -> tuple[list[Any], Any]:
         """Run `on_learner` on the learner and `on_runner` on runners `ids` at the same time."""
@@ -178,6 +192,16 @@ class CudaIpcWeightSync(DirectWeightSync):
         shared = self._on_learner(lambda learner: learner.share_weights())
         return (self._on_runners(lambda runner: runner.load_shared_weights(shared), ids),
                 shared.version)
+
+
+def refusal_or(load) -> Any:
+    """`load()` on a runner, a `WeightChecksumError` returned as its answer instead of raised:
+    RLlib's runner group logs and drops a runner's error where it tolerates failed runners (its
+    default), and a refused bucket must reach the driver."""
+    try:
+        return load()
+    except WeightChecksumError as refusal:
+        return refusal
 
 
 def direct_weight_sync(config, learner_group, env_runner_group) -> DirectWeightSync | None:

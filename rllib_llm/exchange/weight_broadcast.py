@@ -12,22 +12,38 @@ default group, so it lives beside the learner's own (DDP) group and vLLM's tenso
 
 Protocol, per sync: a header (the weight version, int64) and then the weights in buckets: flat
 buffers of one dtype, at most `bucket_bytes` each (a larger tensor travels alone), in the order of
-a `layout` both sides agreed on when the group was built. Receivers get the weights as a stream of
-`(name, tensor)` pairs, bucket by bucket, to load as they arrive; the version comes
-with the weights, so a runner can never label new weights with an old version or vice versa.
+a `layout` both sides agreed on when the group was built, each followed by its checksum
+(`weight_checksums.py`: per tensor, its name's CRC-32 and a digest of its bytes). Receivers get
+the weights as a stream of `(name, tensor)` pairs, bucket by bucket, each checked before it is
+handed on, to load as they arrive; the version comes with the weights, so a runner can never
+label new weights with an old version or vice versa. A bucket that fails its check raises
+`WeightChecksumError` in one line (the bucket, the tensor, the version) once the receiver has
+read the rest of the stream, so the sender's call ends and the group stays in step.
+
+Memory: the sender fills each bucket's buffer a tensor at a time and frees it before the next,
+so a sync holds one bucket (and the tensor being copied in) beyond the weights themselves. An
+FSDP2 learner passes its sharded weights (DTensors), each gathered whole only while it is copied
+into its bucket: no rank ever holds the model whole (`benchmarks/weight_sync_memory.py`). A
+receiver holds the bucket arriving and the one its engine last read.
 """
 
 from __future__ import annotations
 
 import datetime
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+
+from rllib_llm.exchange.weight_checksums import WeightChecksumError, bucket_checksum, check_bucket
 
 BACKENDS = ("nccl", "gloo")
+
+# One bucket as it travels: the flat buffer (sum of numels,) and its checksum (tensors, 2) int64.
+Payload = tuple[torch.Tensor, torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -50,7 +66,8 @@ class TensorSpec:
 
 
 def layout_of(state_dict: dict[str, torch.Tensor]) -> list[TensorSpec]:
-    """The layout of a model's state dict, in its order, each storage once.
+    """The layout of a model's state dict, in its order, each storage once (the shapes and
+    dtypes only: a sharded model's DTensors give the whole weights' without gathering them).
 
     A tied LM head shares the embedding's storage: it is sent once, under the first name (the
     embedding's), and receivers get it under both names. vLLM needs both: its in-place reload
@@ -60,7 +77,9 @@ def layout_of(state_dict: dict[str, torch.Tensor]) -> list[TensorSpec]:
     first_name: dict[tuple[int, int], str] = {}
     specs: dict[str, TensorSpec] = {}
     for name, tensor in state_dict.items():
-        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
+        # A DTensor (FSDP2's sharded parameter) is tied by being the same parameter.
+        key = (id(tensor), -1) if isinstance(tensor, DTensor) else \
+            (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
         if key in first_name:
             owner = specs[first_name[key]]
             specs[owner.name] = replace(owner, aliases=(*owner.aliases, name))
@@ -133,10 +152,16 @@ class Sender:
 
     `open` hosts the rendezvous store; `join` blocks until every receiver has joined (call it
     while the receivers join); `send` broadcasts one version of the weights.
+
+    `in_transit` is a test seam: a function through which the stream of payloads (each bucket's
+    flat buffer and checksum, after the checksum is taken) passes on its way to the receivers;
+    a test corrupts or reorders buckets with it. None sends them as they are.
     """
 
     def __init__(self, backend: str, state_dict: dict[str, torch.Tensor], *, world_size: int,
-                 timeout_s: float, bucket_bytes: int) -> None:
+                 timeout_s: float, bucket_bytes: int,
+                 in_transit: Callable[[Iterator[Payload]], Iterator[Payload]] | None = None
+                 ) -> None:
         if world_size < 2:
             raise ValueError(f"world_size={world_size}: a broadcast needs at least one receiver")
         first = next(iter(state_dict.values()))
@@ -144,7 +169,7 @@ class Sender:
         self.device = first.device if backend == "nccl" else torch.device("cpu")
         check_backend(backend, self.device)
         self.backend, self.world_size, self.timeout_s = backend, world_size, timeout_s
-        self.bucket_bytes = bucket_bytes
+        self.bucket_bytes, self.in_transit = bucket_bytes, in_transit
         self.layout = layout_of(state_dict)
         self._store, self.host, self.port = open_store(world_size, timeout_s)
         self.group: dist.ProcessGroup | None = None
@@ -161,15 +186,30 @@ class Sender:
                                 store=self._store)
 
     def send(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
-        """Broadcast `version`, then `state_dict`'s tensors bucket by bucket."""
+        """Broadcast `version`, then `state_dict`'s tensors bucket by bucket, each bucket
+        followed by its checksum. `state_dict` holds the tensors `layout_of` saw, or DTensors
+        of their shapes, gathered whole one at a time as their bucket fills."""
         if self.group is None:
             raise RuntimeError("Sender.send before join(): the receivers have not joined yet")
         _broadcast(self.group, torch.tensor([version], dtype=torch.int64, device=self.device))
+        payloads = self._payloads(state_dict)
+        for flat, checksum in (self.in_transit or iter)(payloads):
+            _broadcast(self.group, flat)
+            _broadcast(self.group, checksum)
+            del flat, checksum  # before the next bucket is filled: one bucket at a time
+
+    def _payloads(self, state_dict: dict[str, torch.Tensor]) -> Iterator[Payload]:
+        """Each bucket filled from `state_dict` and its checksum, on the sending device."""
         with torch.no_grad():
             for bucket in buckets(self.layout, self.bucket_bytes):
-                flat = torch.cat([state_dict[s.name].detach().to(self.device).reshape(-1)
-                                  for s in bucket])  # (sum of numels,)
-                _broadcast(self.group, flat)
+                flat = torch.empty(sum(s.numel for s in bucket), dtype=bucket[0].dtype,
+                                   device=self.device)  # (sum of numels,)
+                views = _views(flat, bucket)
+                for spec, view in zip(bucket, views, strict=True):
+                    view.copy_(_whole(state_dict[spec.name]))
+                checksum = bucket_checksum([s.name for s in bucket], views)
+                yield flat, checksum.to(self.device)
+                del flat, views, checksum
 
 
 class Receiver:
@@ -190,23 +230,49 @@ class Receiver:
 
     def receive(self) -> tuple[int, Iterator[tuple[str, torch.Tensor]]]:
         """The version, and the weights as views of the bucket they arrived in (a fresh buffer
-        per bucket). Consume the whole iterator, or the group falls out of step with the
-        sender."""
+        per bucket, checked against its checksum before any of it is handed on: see
+        `WeightChecksumError`). Consume the whole iterator, or the group falls out of step with
+        the sender."""
         header = torch.empty(1, dtype=torch.int64, device=self.device)
         _broadcast(self.group, header)
-        return int(header.item()), self._tensors()
+        version = int(header.item())
+        return version, self._tensors(version)
 
-    def _tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
-        for bucket in buckets(self.layout, self.bucket_bytes):
-            flat = torch.empty(sum(s.numel for s in bucket), dtype=bucket[0].dtype,
-                               device=self.device)
-            _broadcast(self.group, flat)
-            offset = 0
-            for spec in bucket:
-                tensor = flat[offset:offset + spec.numel].view(spec.shape)
+    def _tensors(self, version: int) -> Iterator[tuple[str, torch.Tensor]]:
+        layout = buckets(self.layout, self.bucket_bytes)
+        for index, bucket in enumerate(layout):
+            flat, checksum = self._receive_bucket(bucket)
+            views = _views(flat, bucket)
+            try:
+                check_bucket(checksum, [s.name for s in bucket], views, bucket=index,
+                             num_buckets=len(layout), version=version)
+            except WeightChecksumError:
+                for rest in layout[index + 1:]:  # read the rest: the sender's call then ends
+                    self._receive_bucket(rest)
+                raise
+            for spec, tensor in zip(bucket, views, strict=True):
                 for name in (spec.name, *spec.aliases):
                     yield name, tensor
-                offset += spec.numel
+            del flat, views, tensor  # before the next bucket arrives
+
+    def _receive_bucket(self, bucket: list[TensorSpec]) -> Payload:
+        flat = torch.empty(sum(s.numel for s in bucket), dtype=bucket[0].dtype,
+                           device=self.device)  # (sum of numels,)
+        _broadcast(self.group, flat)
+        checksum = torch.empty(len(bucket), 2, dtype=torch.int64, device=self.device)
+        _broadcast(self.group, checksum)
+        return flat, checksum
+
+
+def _views(flat: torch.Tensor, bucket: list[TensorSpec]) -> list[torch.Tensor]:
+    """The bucket's tensors, shaped, as views of its flat buffer, in order."""
+    return [part.view(spec.shape)
+            for part, spec in zip(flat.split([s.numel for s in bucket]), bucket, strict=True)]
+
+
+def _whole(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor whole: a DTensor's shards gathered (collective over its mesh), else itself."""
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor.detach()
 
 
 def _broadcast(group: dist.ProcessGroup, tensor: torch.Tensor) -> None:

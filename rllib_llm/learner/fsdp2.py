@@ -139,6 +139,14 @@ class ShardedWeights:
                     load_into(own[key], torch.as_tensor(value))
         return sorted(set(own) - set(tensors)), sorted(set(tensors) - set(own))
 
+    def shards(self, prefix: str) -> dict[str, torch.Tensor]:
+        """The weights whose keys start with `prefix`, the prefix cut, as this rank holds them:
+        DTensors (a tied weight one DTensor under both keys), nothing gathered. A broadcast
+        weight sync gathers each whole only while it copies it into its bucket
+        (`exchange/weight_broadcast.Sender`), so no copy of the model exists anywhere."""
+        return {k[len(prefix):]: v for k, v in self.module.state_dict(keep_vars=True).items()
+                if k.startswith(prefix)}
+
     def buckets(self, include: Callable[[str], bool]) -> Iterator[list[tuple[str, torch.Tensor]]]:
         """[(key, parameter or buffer)] runs of at most `bucket_bytes` of whole weights, in the
         state dict's order (a larger weight is a bucket of its own)."""

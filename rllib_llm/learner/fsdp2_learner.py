@@ -15,10 +15,14 @@ every rank's shards (`fsdp2.grad_norm`), and clipping scales each rank's shards 
 State is gathered by every rank together (`RLVRLearnerGroup.get_state` asks them all; the first
 rank returns it): weight syncs gather `weight_sync_bucket_bytes` at a time
 (`fsdp2.ShardedWeights`), so no rank holds more than a bucket of the model whole besides the
-first rank's CPU copy that RLlib's object-store sync sends. Checkpoints (`RLVR.save_to_path` to
-a local path) are sharded: RLlib's files without the module's weights and Adam's state, and
-each learner's shards of those written with torch.distributed.checkpoint beside them
-(`save_shards`), read back by every learner in `restore_from_path`. A state asked for in memory
+first rank's CPU copy that RLlib's object-store sync sends. A broadcast sync (weight_sync_backend
+'gloo' or 'nccl', one learner) makes no such copy: the sender gathers each weight whole as it
+fills that weight's bucket and frees the bucket once broadcast, each with its checksum, so a
+sync's extra memory is a bucket, not the model (`benchmarks/weight_sync_memory.py`).
+Checkpoints (`RLVR.save_to_path` to a local path) are sharded: RLlib's files without the
+module's weights and Adam's state, and each learner's shards of those written with
+torch.distributed.checkpoint beside them (`save_shards`), read back by every learner in
+`restore_from_path`. A state asked for in memory
 (`get_state`, or a save to another filesystem) is gathered whole instead, in torch Adam's format,
 so it restores into a torch learner too.
 """
@@ -34,7 +38,7 @@ from torch.distributed.device_mesh import init_device_mesh
 
 from rllib_llm.learner import fsdp2, shards
 from rllib_llm.learner.learner import GRAD_NORM, RLVRLearner, use_configured_kernel
-from rllib_llm.learner.module import REFERENCE
+from rllib_llm.learner.module import MODEL, REFERENCE
 
 
 class FSDP2RLVRLearner(RLVRLearner):
@@ -80,6 +84,24 @@ class FSDP2RLVRLearner(RLVRLearner):
         all shards; the others return None."""
         state = super().get_state(components, not_components=not_components, **kwargs)
         return state if dist.get_rank() == 0 else None
+
+    def _policy_weights(self) -> dict[str, torch.Tensor]:
+        """The policy's sharded weights under their Hugging Face names, as DTensors: what a
+        broadcast sync (`open_weight_broadcast`, `broadcast_weights`) reads, gathering each
+        weight whole only while it copies it into its bucket. With LoRA adapters, the merged
+        weights, gathered whole (merging needs each base weight with its adapters)."""
+        if self.config.lora_rank:
+            return super()._policy_weights()
+        return self.module[DEFAULT_MODULE_ID].partitioned.shards(f"{MODEL}.")
+
+    def share_weights(self):
+        """Refused: CUDA IPC hands engines the learner's parameters in place, and an FSDP2
+        learner's are shards; the whole weights would be fresh tensors, freed before a runner
+        could read them."""
+        raise ValueError(
+            "weight_sync_backend='cuda_ipc' shares the learner's parameters in place, and "
+            "learner_strategy='fsdp2' holds them as shards. Use weight_sync_backend='nccl' "
+            "(gathered a bucket at a time) or 'object_store'.")
 
     def optimizer_state_bytes(self) -> int:
         """This rank's shards of the optimizer's state (Adam's moments)."""

@@ -1,0 +1,86 @@
+"""The driver's side of a broadcast sync (algorithm/weight_sync.py) when a runner refuses a bucket
+whose checksum failed: the run stops with the runner's one line; it does not fall back to the
+object store as it does for a runner that died. Stand-ins for the learner and runners (the
+broadcast itself: tests/exchange/test_weight_checksums.py)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from rllib_llm.algorithm.weight_sync import BroadcastWeightSync
+from rllib_llm.exchange.weight_checksums import WeightChecksumError
+
+REFUSAL = ("weight sync of learner version 3: bucket 2 of 9 is corrupt: model.norm.weight (64,) "
+           "does not match the checksum its sender computed; refusing it.")
+
+
+class Learner:
+    def open_weight_broadcast(self, **_) -> dict:
+        return {}
+
+    def join_weight_broadcast(self) -> None:
+        pass
+
+    def broadcast_weights(self) -> int:
+        return 3
+
+
+class Runner:
+    def __init__(self, index: int, error: Exception | None = None):
+        self.worker_index, self.error = index, error
+
+    def join_weight_broadcast(self, **_) -> None:
+        pass
+
+    def receive_weights(self) -> int:
+        if self.error is not None:
+            raise self.error
+        return 3
+
+
+class Runners:
+    """What the sync calls on RLlib's EnvRunnerGroup, which (tolerating failed runners, its
+    default) drops a runner's error from the answers."""
+
+    def __init__(self, runners: list[Runner]):
+        self.runners, self.local_env_runner = runners, None
+
+    def healthy_env_runner_ids(self) -> list[int]:
+        return [r.worker_index for r in self.runners]
+
+    def num_remote_env_runners(self) -> int:
+        return len(self.runners)
+
+    def foreach_env_runner(self, fn, *, remote_worker_ids, local_env_runner, timeout_seconds):
+        answers = []
+        for runner in self.runners:
+            try:
+                answers.append(fn(runner))
+            except Exception:  # noqa: BLE001 - logged and dropped, as RLlib does
+                pass
+        return answers
+
+
+def sync_for(runners: list[Runner]) -> BroadcastWeightSync:
+    config = SimpleNamespace(weight_sync_backend="gloo", weight_sync_timeout_s=60,
+                             weight_sync_bucket_bytes=64, rollout_engine="torch")
+    learner = Learner()
+    learner_group = SimpleNamespace(foreach_learner=lambda fn: SimpleNamespace(
+        result_or_errors=[SimpleNamespace(ok=True, get=lambda: fn(learner))]))
+    return BroadcastWeightSync(config, learner_group, Runners(runners))
+
+
+def test_a_refused_bucket_stops_the_run_with_the_runners_line():
+    sync = sync_for([Runner(1), Runner(2, WeightChecksumError(REFUSAL))])
+    with pytest.raises(WeightChecksumError) as refused:
+        sync.sync()
+    assert str(refused.value) == REFUSAL
+
+
+def test_a_runner_that_fails_otherwise_makes_the_object_store_sync_this_time():
+    sync = sync_for([Runner(1), Runner(2, RuntimeError("connection reset"))])
+    assert not sync.sync()
+    assert sync.members is None  # set up again next time
+    assert sync_for([Runner(1), Runner(2)]).sync()

@@ -1,0 +1,138 @@
+"""A broadcast weight sync from FSDP2's sharded weights (`fsdp2.ShardedWeights.shards` into
+`exchange/weight_broadcast.Sender`, what the FSDP2 learner's `broadcast_weights` sends): a torch
+engine gets the learner's exact weights, and the sender never holds the model whole: its peak
+extra memory is a bucket, where a sync from a whole state dict holds the model."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import re
+import threading
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from rllib_llm.exchange import weight_broadcast as wb
+from rllib_llm.learner import fsdp2
+
+MIB = 2**20
+
+
+def _mesh(store: Path):
+    """A device mesh of this process alone (a gloo world of one, rendezvous at `store`)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    return init_device_mesh("cpu", (1,))
+
+
+def sharded(model: torch.nn.Module, store: Path) -> torch.nn.Module:
+    """`model` sharded by FSDP2 over a world of one (this process), each child module and the
+    root, as the FSDP2 learner shards decoder layers and root."""
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = _mesh(store)
+    for layer in model.children():
+        fully_shard(layer, mesh=mesh)
+    return fully_shard(model, mesh=mesh)
+
+
+def test_an_fsdp2_broadcast_sync_loads_the_learners_exact_weights_into_a_torch_engine(tmp_path):
+    """The embedded model (2 MiB in float32, its LM head tied), sharded and moved away from the
+    checkpoint the engine starts from, sent in 64 KiB buckets (about 30) to a torch engine
+    receiving in another thread of this process."""
+    from rllib_llm.models import load_model
+    from rllib_llm.rollout.torch_engine import TorchRolloutEngine
+
+    engine = TorchRolloutEngine(load_model("embedded"), eos_token_id=0, pad_token_id=0)
+    model = load_model("embedded")
+    fsdp2.shard_model(model, _mesh(tmp_path / "store"), model_dtype="float32")
+    try:
+        with torch.no_grad():
+            for p in model.parameters():
+                fsdp2.local_part(p).add_(0.01)
+        weights = fsdp2.ShardedWeights(model, bucket_bytes=2**16, first=True)
+        sender = wb.Sender("gloo", weights.shards(""), world_size=2, timeout_s=60,
+                           bucket_bytes=2**16)
+        joining = threading.Thread(target=sender.join)
+        joining.start()
+        engine.join_weight_broadcast(first_rank=1, **sender.address())
+        joining.join()
+        sending = threading.Thread(target=sender.send, args=(weights.shards(""), 5))
+        sending.start()
+        version = engine.receive_weights()
+        sending.join()
+        expected = weights.state_dict(lambda key: True)
+    finally:
+        dist.destroy_process_group()
+    assert version == engine.weight_version == 5
+    got = engine.model.state_dict()
+    assert got.keys() == expected.keys()
+    assert any(not torch.equal(v, load_model("embedded").state_dict()[k])
+               for k, v in expected.items())  # the weights moved: the sync carried them
+    for name, tensor in expected.items():
+        assert torch.equal(got[name], tensor), name
+
+
+def rss_mib(field: str) -> float:
+    """VmRSS, or VmHWM: the peak since `reset_peak`, of this process (Linux), MiB."""
+    status = Path("/proc/self/status").read_text()
+    return int(re.search(rf"{field}:\s+(\d+)", status).group(1)) / 1024
+
+
+def reset_peak() -> float:
+    Path("/proc/self/clear_refs").write_text("5")
+    return rss_mib("VmRSS")
+
+
+def _send_and_measure(address_box, results, store: str) -> None:
+    """The sending side in a process of its own, whose allocator returns every block of 64 KiB
+    or more to the system when it is freed (MALLOC_MMAP_THRESHOLD_), so its peak RSS counts
+    the bytes a sync holds at once: 48 MiB of sharded float32 weights in 4 MiB buckets, sent
+    streamed from the shards and then from a whole state dict (the learner's sync before)."""
+    stack = sharded(torch.nn.Sequential(*[torch.nn.Linear(1024, 1024, bias=False)
+                                          for _ in range(12)]), Path(store))
+    weights = fsdp2.ShardedWeights(stack, bucket_bytes=4 * MIB, first=True)
+    sender = wb.Sender("gloo", weights.shards(""), world_size=2, timeout_s=60,
+                       bucket_bytes=4 * MIB)
+    address_box.put(sender.address())
+    sender.join()
+    sender.send(weights.shards(""), version=0)  # gloo's first broadcast sets up its buffers
+    peaks = {}
+    before = reset_peak()
+    sender.send(weights.shards(""), version=1)
+    peaks["streamed"] = rss_mib("VmHWM") - before
+    before = reset_peak()
+    whole = weights.state_dict(lambda key: True)
+    sender.send(whole, version=2)
+    peaks["from a whole state dict"] = rss_mib("VmHWM") - before
+    del whole
+    dist.destroy_process_group()
+    results.put(peaks)
+
+
+def test_the_fsdp2_sender_holds_a_bucket_not_the_model(tmp_path):
+    ctx = mp.get_context("spawn")
+    address_box, results = ctx.Queue(), ctx.Queue()
+    os.environ["MALLOC_MMAP_THRESHOLD_"] = str(2**16)  # the child's allocator: see above
+    try:
+        child = ctx.Process(target=_send_and_measure,
+                            args=(address_box, results, str(tmp_path / "store")))
+        child.start()
+    finally:
+        del os.environ["MALLOC_MMAP_THRESHOLD_"]
+    receiver = wb.Receiver(rank=1, device="cpu", **address_box.get(timeout=120))
+    counts = []
+    for _ in range(3):
+        _, tensors = receiver.receive()
+        counts.append(sum(1 for _ in tensors))
+    peaks = results.get(timeout=60)
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    assert counts == [12, 12, 12]
+    print(f"sender's peak extra MiB (model 48, bucket 4): {peaks}")
+    # A bucket (4 MiB; the gathered weight is the shard itself in a world of one) and slack.
+    assert peaks["streamed"] <= 6, peaks
+    assert peaks["from a whole state dict"] >= 48, peaks
