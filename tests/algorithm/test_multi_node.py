@@ -1,6 +1,14 @@
 """Across Ray nodes: a local two-node cluster (`ray.cluster_utils.Cluster`, each node with its own
-CPUs), one DDP learner and one env runner on each node, takes the update one learner takes on the
-same batch, trains; its checkpoint restores into a single learner in the driver."""
+CPUs), one FSDP2 learner and one env runner on each node, takes the update one learner takes on
+the same batch, trains; its checkpoint (each learner's shards) restores into a single learner in
+the driver.
+
+FSDP2 rather than DDP: the two run on the same process group across the nodes (RLlib's), and
+FSDP2 adds what crosses them besides the gradients' all-reduce (each layer's all-gather,
+reduce-scatter, a checkpoint written by both nodes), so one run covers both
+(tests/learner/test_data_parallel.py and tests/learner/test_fsdp2.py test each on one node). The
+nodes share this machine's filesystem, as sharded checkpoints need: each learner writes its own
+shards into the checkpoint's directory."""
 
 from __future__ import annotations
 
@@ -44,7 +52,7 @@ def test_learners_and_env_runners_on_two_nodes_train_and_restore_into_one_learne
         two_nodes, tmp_path):
     assert len(two_nodes) == 2
     # (Functions sent to the actors are lambdas: this test module is not on the nodes' path.)
-    algo = (embedded_config("topr", seed=0, **SETTINGS)
+    algo = (embedded_config("topr", seed=0, learner_strategy="fsdp2", **SETTINGS)
             .env_runners(num_env_runners=2, custom_resources_per_env_runner={"runner_slot": 1})
             .learners(num_learners=2, custom_resources_per_learner={"learner_slot": 1})
             .build_algo())
@@ -52,7 +60,8 @@ def test_learners_and_env_runners_on_two_nodes_train_and_restore_into_one_learne
     try:
         # What the README promises: the two nodes' update is one learner's on the same batch
         # (the episodes the runners of both nodes sampled), within the tolerance of
-        # tests/learner/test_data_parallel.py.
+        # tests/learner/test_data_parallel.py (FSDP2's is 2.4e-7 after 4 steps on one node:
+        # tests/learner/test_fsdp2.py).
         episodes = [e for batch in algo.env_runner_group.foreach_env_runner(
             lambda runner: runner.sample(), local_env_runner=False) for e in batch]
         before = {k: torch.as_tensor(v).clone()
@@ -87,7 +96,10 @@ def test_learners_and_env_runners_on_two_nodes_train_and_restore_into_one_learne
         assert learner["num_optimizer_steps"] == 1
         assert learner["num_module_steps_trained"] == 16  # 4 prompts x 4 responses, once
 
-    # The checkpoint of two DDP learners restores into one learner in the driver.
+    # The checkpoint of two FSDP2 learners, a file of shards from each node, restores into one
+    # torch learner in the driver (torch.distributed.checkpoint reads the shards whole).
+    assert len(list((tmp_path / "checkpoint" / "learner_group" / "learner" / "fsdp2_shards")
+                    .glob("*.distcp"))) == 2
     single = embedded_config("topr", seed=0, **SETTINGS).learners(num_learners=0).build_algo()
     try:
         single.restore_from_path(tmp_path / "checkpoint")
