@@ -9,7 +9,13 @@ never imports vLLM or DeepSpeed: those load only when a config asks for them.
 
 __version__ = "0.1.0"
 
+from typing import TYPE_CHECKING
+
 from rllib_llm.envs import register_envs as _register_envs
+
+if TYPE_CHECKING:  # what `__getattr__` returns, for type checkers (the stub types RLVRConfig)
+    from rllib_llm.algorithm.config import RLVRConfig
+    from rllib_llm.algorithm.rlvr import RLVR
 
 _register_envs()
 
