@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from rllib_llm import core
-from rllib_llm.rollout.held_out_sampling import EvalShard
+from rllib_llm.rollout.eval_shard import EvalShard
 
 logger = logging.getLogger(__name__)
 

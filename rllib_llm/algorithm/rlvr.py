@@ -61,7 +61,7 @@ from rllib_llm.algorithm.weight_sync import direct_weight_sync
 from rllib_llm.exchange.devices import announce
 from rllib_llm.learner.learner_group import SHARDED_PARTS
 from rllib_llm.rollout.env_setup import check_env
-from rllib_llm.rollout.held_out_sampling import EvalShard
+from rllib_llm.rollout.eval_shard import EvalShard
 from rllib_llm.rollout.sampler_state import SAMPLER_STATE
 
 logger = logging.getLogger(__name__)

@@ -52,6 +52,7 @@ from rllib_llm.exchange.columns import (
 )
 from rllib_llm.rollout.agent_runs import AgentRun, run_agents
 from rllib_llm.rollout.engine import SamplingParams
+from rllib_llm.rollout.eval_shard import EvalShard
 from rllib_llm.rollout.gateway.episodes import EpisodeBounds
 from rllib_llm.rollout.gateway.trajectories import TokenSequence, stitch
 
@@ -119,9 +120,7 @@ def score_agents(env, engine, indices: Sequence[int], samples_per_problem: int,
                  sampling: SamplingParams, num_problems: int):
     """Held-out evaluation of an agent env: the agent solves each problem of `indices`
     `samples_per_problem` times through a gateway sampling as `sampling` says; returns the
-    `held_out_sampling.EvalShard` of the verdicts."""
-    from rllib_llm.rollout.held_out_sampling import EvalShard
-
+    `EvalShard` of the verdicts."""
     k = samples_per_problem
     infos = [env.reset(options={PROMPT_INDEX: i})[1] for i in indices]
     gateway = make_gateway(env, engine, temperature=sampling.temperature, top_p=sampling.top_p,

@@ -58,7 +58,8 @@ from rllib_llm.rollout.engine import SamplingParams
 from rllib_llm.rollout.engine_setup import make_engine
 from rllib_llm.rollout.env_setup import env_config_for, make_env, share_prompts
 from rllib_llm.rollout.episode_envs import EpisodeEnvs
-from rllib_llm.rollout.held_out_sampling import EvalShard, HeldOutEnv, score_shard
+from rllib_llm.rollout.eval_shard import EvalShard
+from rllib_llm.rollout.held_out_sampling import HeldOutEnv, score_shard
 from rllib_llm.rollout.partial_rollouts import in_flight_for
 from rllib_llm.rollout.sample_metrics import (
     IDLE_S,

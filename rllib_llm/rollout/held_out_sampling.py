@@ -9,32 +9,14 @@ ids drawn). The driver merges the shards of every runner
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from rllib_llm.exchange.columns import PROMPT_IDS, PROMPT_INDEX, is_correct
+from rllib_llm.rollout.agent_rollouts import score_agents
 from rllib_llm.rollout.engine import SamplingParams
 from rllib_llm.rollout.episode_envs import EpisodeEnvs
+from rllib_llm.rollout.eval_shard import EvalShard
 from rllib_llm.rollout.turn_loop import run_multi_turn
-
-
-@dataclass(frozen=True)
-class EvalShard:
-    """What one runner scored.
-
-    Attributes:
-        prompt_indices: the held-out problems it scored (indices into the held-out data set).
-        num_correct: correct responses per problem, aligned with `prompt_indices`.
-        samples_per_problem: responses sampled per problem (n).
-        response_tokens: tokens generated over all its responses.
-        num_problems: problems the whole evaluation covers, every shard's together.
-    """
-
-    prompt_indices: list[int]
-    num_correct: list[int]
-    samples_per_problem: int
-    response_tokens: int
-    num_problems: int
 
 
 def shard_indices(num_problems: int, shard: int, num_shards: int) -> list[int]:
@@ -74,8 +56,6 @@ def score_shard(env, engine, *, shard: int, num_shards: int, num_problems: int,
     by its agent (`openai_agent`: `agent_rollouts.score_agents`)."""
     indices = shard_indices(num_problems, shard, num_shards)
     if getattr(env, "agent_driven", False):  # the same agent, on held-out problems
-        from rllib_llm.rollout.agent_rollouts import score_agents
-
         return score_agents(env, engine, indices, samples_per_problem, sampling, num_problems)
     if getattr(env, "multi_turn", False):
         return score_held_out_multi_turn(

@@ -16,7 +16,8 @@ from rllib_llm import core
 from rllib_llm.algorithm.held_out_evaluation import evaluation_metrics
 from rllib_llm.recipes.embedded import embedded_config
 from rllib_llm.rollout.engine import SamplingParams
-from rllib_llm.rollout.held_out_sampling import EvalShard, shard_indices
+from rllib_llm.rollout.eval_shard import EvalShard
+from rllib_llm.rollout.held_out_sampling import shard_indices
 
 TINY = dict(rollout_batch_size=2, num_return_sequences_in_group=2, response_length=4)
 UNREACHABLE = "1000000"  # an answer the embedded model cannot write in 4 tokens
