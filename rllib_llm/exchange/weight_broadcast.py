@@ -21,10 +21,12 @@ label new weights with an old version or vice versa. A bucket that fails its che
 read the rest of the stream, so the sender's call ends and the group stays in step.
 
 Memory: the sender fills each bucket's buffer a tensor at a time and frees it before the next,
-so a sync holds one bucket (and the tensor being copied in) beyond the weights themselves. An
-FSDP2 learner passes its sharded weights (DTensors), each gathered whole only while it is copied
-into its bucket: no rank ever holds the model whole (`benchmarks/weight_sync_memory.py`). A
-receiver holds the bucket arriving and the one its engine last read.
+so a sync holds one bucket (a weight larger than a bucket is a bucket of its own) beyond the
+weights themselves. An FSDP2 learner passes its sharded weights (DTensors), each gathered whole
+only while it is copied into its bucket, so no rank holds the model whole: SmolLM2-135M in
+8 MiB buckets held 108 MiB (its embedding, the largest weight) against 622 MiB sent from a whole
+state dict (`benchmarks/memory/weight_sync_memory.py`). A receiver holds the bucket arriving and
+the one its engine last read.
 """
 
 from __future__ import annotations

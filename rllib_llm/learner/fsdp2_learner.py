@@ -18,7 +18,8 @@ rank returns it): weight syncs gather `weight_sync_bucket_bytes` at a time
 first rank's CPU copy that RLlib's object-store sync sends. A broadcast sync (weight_sync_backend
 'gloo' or 'nccl', one learner) makes no such copy: the sender gathers each weight whole as it
 fills that weight's bucket and frees the bucket once broadcast, each with its checksum, so a
-sync's extra memory is a bucket, not the model (`benchmarks/weight_sync_memory.py`).
+sync's extra memory is a bucket or the largest weight, not the model
+(`benchmarks/memory/weight_sync_memory.py`).
 Checkpoints (`RLVR.save_to_path` to a local path) are sharded: RLlib's files without the
 module's weights and Adam's state, and each learner's shards of those written with
 torch.distributed.checkpoint beside them (`save_shards`), read back by every learner in
