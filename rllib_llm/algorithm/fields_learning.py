@@ -176,7 +176,13 @@ LEARNING_FIELDS: tuple[Field, ...] = (
           "'fsdp2' (PyTorch's fully_shard over the learners: each decoder layer and the root "
           "sharded, so each of num_learners >= 1 learners holds 1/num_learners of the weights, "
           "gradients and Adam's state; sharded checkpoints, weight syncs gathered "
-          "weight_sync_bucket_bytes at a time).",
+          "weight_sync_bucket_bytes at a time). Under 'fsdp2' the reference model, a critic "
+          "(its own Adam, clipped by its own norm) and a distillation teacher are sharded the "
+          "same way; LoRA trains the adapters on the sharded base (env runners get the merged "
+          "weights); gradient checkpointing, use_remove_padding and use_fused_kernels work as "
+          "under 'torch', with the same update (tested); grad_clip_by must be 'global_norm' "
+          "(the whole model's norm over the shards) and autocast_dtype None (model_dtype "
+          "'bfloat16' is FSDP2's own mixed precision).",
           one_of(("torch", "deepspeed", "fsdp2")), "learners"),
     Field("zero_stage", 2,
           "DeepSpeed's ZeRO stage with learner_strategy='deepspeed': 2 partitions Adam's state "
@@ -239,7 +245,8 @@ LEARNING_FIELDS: tuple[Field, ...] = (
           "in model_dtype, frozen, in eval mode, and left out of checkpoints (it is loaded from "
           "here again). Logged: learners/default_policy/distillation_reverse_kl, the mean per "
           "response token. None = off. Needs a critic-free adv_estimator and "
-          "learner_strategy='torch'.", optional(text), "distillation", annotation='str | None'),
+          "learner_strategy 'torch' or 'fsdp2' (which shards it like the policy).",
+          optional(text), "distillation", annotation='str | None'),
     Field("distillation_coef", 1.0,
           "Weight of the teacher's per-token term in each token's advantage (Tinker's "
           "kl_penalty_coef). It is added after the estimator's own normalisation, whitening and "

@@ -14,10 +14,15 @@ Gradients are reduce-scattered after each backward and averaged over ranks, as D
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import (
+    MixedPrecisionPolicy,
+    fully_shard,
+    register_fsdp_forward_method,
+)
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
 from rllib_llm.learner.weight_buckets import weight_buckets
@@ -37,8 +42,9 @@ def mixed_precision(model_dtype: str) -> MixedPrecisionPolicy:
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The model's repeated blocks: the modules whose class Hugging Face lists in
-    `_no_split_modules` (what its own FSDP auto-wrap policy wraps), outermost first."""
-    names = set(getattr(model, "_no_split_modules", None) or ())
+    `_no_split_modules` (what its own FSDP auto-wrap policy wraps) of the model or of a model
+    it holds (a critic's trunk), outermost first."""
+    names = {name for m in model.modules() for name in getattr(m, "_no_split_modules", None) or ()}
     layers = [m for m in model.modules() if type(m).__name__ in names]
     if not layers:
         raise ValueError(
@@ -48,16 +54,32 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return layers
 
 
-def shard_model(model: torch.nn.Module, mesh, *, model_dtype: str) -> torch.nn.Module:
-    """`fully_shard` each decoder layer, then the root (whatever the layers leave: embeddings,
-    final norm, LM head, tied or not) over `mesh`; in place. The weights become float32 shards
-    (the master weights a 16-bit `model_dtype` computes from: `mixed_precision`)."""
+def shard_model(model: torch.nn.Module, mesh, *, model_dtype: str,
+                forward_method: str | None = None, layers: bool = True) -> torch.nn.Module:
+    """`fully_shard` each decoder layer (where `layers`), then the root (whatever the layers
+    leave: embeddings, final norm, LM head, tied or not) over `mesh`; in place. The weights
+    become float32 shards (the master weights a 16-bit `model_dtype` computes from:
+    `mixed_precision`).
+
+    `forward_method`: the name under which the root gets a second forward, `fn -> fn()`
+    registered with torch's `register_fsdp_forward_method`, for callers that run the trunk and
+    the LM head apart (fused kernels, remove_padding, a value head on the trunk's states): FSDP2
+    gathers the root's weights in a forward of the root only, and inside this one `fn` finds
+    them whole, with their gradients reduce-scattered after its backward as after `forward`'s.
+    """
     model.float()
     policy = mixed_precision(model_dtype)
-    for layer in decoder_layers(model):
+    for layer in decoder_layers(model) if layers else ():
         fully_shard(layer, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
+    if forward_method is not None:
+        setattr(model, forward_method, _call)
+        register_fsdp_forward_method(model, forward_method)
     return model
+
+
+def _call(fn: Callable[[], Any]) -> Any:
+    return fn()
 
 
 def local_part(tensor: torch.Tensor) -> torch.Tensor:
@@ -75,17 +97,19 @@ def _is_sharded(tensor: torch.Tensor) -> bool:
     return isinstance(tensor, DTensor) and any(isinstance(p, Shard) for p in tensor.placements)
 
 
-def grad_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+def grad_norm(grads: list[torch.Tensor], device: torch.device | None = None) -> torch.Tensor:
     """The global L2 norm (float64) of the whole model's gradients from each rank's shards
-    (collective: every rank calls it): each rank's sum of squares, all-reduced. A gradient that
-    is not sharded is the same on every rank and counted once."""
+    (collective: every rank calls it, with its list empty where no gradient was computed): each
+    rank's sum of squares, all-reduced on `device` (default: the first gradient's). A gradient
+    that is not sharded is the same on every rank and counted once."""
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
     squares = torch.zeros((), dtype=torch.float64)
     for g in grads:
         if _is_sharded(g) or rank == 0:
             squares += local_part(g).detach().double().pow(2).sum().cpu()
     if world > 1:
-        device = local_part(grads[0]).device if grads else torch.device("cpu")
+        if device is None:
+            device = local_part(grads[0]).device if grads else torch.device("cpu")
         squares = squares.to(device if dist.get_backend() == "nccl" else "cpu")
         dist.all_reduce(squares, op=dist.ReduceOp.SUM)
     return squares.cpu().sqrt()

@@ -3,14 +3,20 @@ across the learners.
 
 Each of RLlib's learner actors is one rank of the process group RLlib's learner group already
 set up (gloo on CPU, NCCL on GPUs); the learners' device mesh is that group. Once RLlib has built
-the module on the learner's device, the policy (and a frozen reference model) is sharded layer by
-layer (`fsdp2.shard_model`) before the optimizer is built, so Adam's moments are created on the
-shards: each learner holds 1/world of the weights, gradients and optimizer state. Batches, shares
+the module on the learner's device, each of its models (the policy, and a frozen reference model,
+a distillation teacher, a critic where it holds them; a value head as one unit) is sharded layer
+by layer (`fsdp2.shard_model`) before the optimizer is built, so Adam's moments are created on
+the shards: each learner holds 1/world of the weights, gradients and optimizer state. With LoRA
+the adapters are sharded with the frozen base they sit in, and only they train. Fused kernels,
+remove_padding and a value head call a model's trunk and LM head apart, outside its forward
+(where FSDP2 gathers the root's weights: embeddings, final norm, LM head): they run inside a
+second forward registered on each sharded model (`RLVRModule`'s `in_own_forward`). Batches, shares
 and normalisers are the DDP learners' (`data_parallel.py`): every rank runs the same number of
 forward passes (equal shares of whole prompt groups, `micro_batches.split`'s `min_count`), as the
 all-gathers of each layer's forward need, and FSDP2 averages the gradients as DDP does, so the
 update is the one-learner update (tested). The gradient norm is the whole model's, summed from
-every rank's shards (`fsdp2.grad_norm`), and clipping scales each rank's shards by it.
+every rank's shards (`fsdp2.grad_norm`), and clipping scales each rank's shards by it (the
+actor's and a critic's each by its own, as the torch learner clips per optimizer).
 
 State is gathered by every rank together (`RLVRLearnerGroup.get_state` asks them all; the first
 rank returns it): weight syncs gather `weight_sync_bucket_bytes` at a time
@@ -38,8 +44,24 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from torch.distributed.device_mesh import init_device_mesh
 
 from rllib_llm.learner import fsdp2, shards
-from rllib_llm.learner.learner import GRAD_NORM, RLVRLearner, use_configured_kernel
-from rllib_llm.learner.module import MODEL, REFERENCE
+from rllib_llm.learner.learner import (
+    CRITIC_GRAD_NORM,
+    GRAD_NORM,
+    RLVRLearner,
+    use_configured_kernel,
+)
+from rllib_llm.learner.module import (
+    CRITIC,
+    IN_OWN_FORWARD,
+    MODEL,
+    REFERENCE,
+    TEACHER,
+    VALUE_HEAD,
+)
+
+# The models of an RLVRModule that FSDP2 learners shard layer by layer, each with the second
+# forward its trunk and heads run in when called apart (`RLVRModule`'s `in_own_forward`).
+SHARDED_MODELS = (MODEL, REFERENCE, TEACHER, CRITIC)
 
 
 class FSDP2RLVRLearner(RLVRLearner):
@@ -53,10 +75,13 @@ class FSDP2RLVRLearner(RLVRLearner):
         module = multi[DEFAULT_MODULE_ID]
         device = torch.device(self._device)
         mesh = init_device_mesh(device.type, (dist.get_world_size(),))
-        for name in ("model", REFERENCE):
+        for name in SHARDED_MODELS:
             if hasattr(module, name):
-                fsdp2.shard_model(getattr(module, name), mesh,
-                                  model_dtype=self.config.model_dtype)
+                fsdp2.shard_model(getattr(module, name), mesh, model_dtype=self.config.model_dtype,
+                                  forward_method=IN_OWN_FORWARD)
+        if hasattr(module, VALUE_HEAD):  # a Linear on the policy's trunk: no layers, a forward
+            fsdp2.shard_model(module.value_head, mesh, model_dtype=self.config.model_dtype,
+                              layers=False)
         module.partitioned = fsdp2.ShardedWeights(
             module, bucket_bytes=self.config.weight_sync_bucket_bytes,
             first=dist.get_rank() == 0)
@@ -64,20 +89,32 @@ class FSDP2RLVRLearner(RLVRLearner):
 
     def _apply_step(self, step: dict[str, float], total: torch.Tensor, *,
                     pretraining: bool) -> dict[str, float]:
-        """Clip by the whole model's gradient norm (from every rank's shards) and step each
-        rank's shards, or skip a non-finite step on every rank alike (the loss and the norm are
-        all-reduced). (No critic here: pretraining is always False.)"""
-        params = [p for p in self._params.values() if p.grad is not None]
-        grads = [p.grad for p in params]
-        norm = fsdp2.grad_norm(grads)
-        if not (torch.isfinite(total) and torch.isfinite(norm)):
-            self._skip_nonfinite_step(float(total), float(norm))
+        """Clip each optimizer's gradients by their whole norm (the actor's, and with a critic
+        the critic's, each summed from every rank's shards, as the torch learner clips per
+        optimizer) and step each rank's shards, or skip a non-finite step on every rank alike
+        (the loss and the norms are all-reduced). Value pretraining keeps the critic's alone."""
+        actor, critic = [], []
+        for pid, p in self._params.items():
+            if pretraining and pid not in self._critic_refs:
+                p.grad = None  # the actor stays frozen, a shared trunk included
+            elif p.grad is not None:
+                (critic if pid in self._critic_refs else actor).append(p.grad)
+        device = torch.device(self._device)  # where NCCL all-reduces the norms
+        actor_norm = fsdp2.grad_norm(actor, device)
+        critic_norm = fsdp2.grad_norm(critic, device) if self._has_critic else torch.zeros(())
+        if not (torch.isfinite(total) and torch.isfinite(actor_norm)
+                and torch.isfinite(critic_norm)):
+            self._skip_nonfinite_step(float(total), float(actor_norm + critic_norm))
         else:
             self._nonfinite_in_a_row = 0
-            fsdp2.clip_(grads, norm, self.config.grad_clip)
+            fsdp2.clip_(actor, actor_norm, self.config.grad_clip)
+            fsdp2.clip_(critic, critic_norm, self.config.grad_clip)
             for optim in self._optimizer_parameters:
                 optim.step()
-        step[GRAD_NORM] = float(norm)
+        if not pretraining:
+            step[GRAD_NORM] = float(actor_norm)
+        if self._has_critic:
+            step[CRITIC_GRAD_NORM] = float(critic_norm)
         return step
 
     def get_state(self, components=None, *, not_components=None, **kwargs):

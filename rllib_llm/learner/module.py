@@ -54,6 +54,8 @@ REFERENCE = "reference_model"
 TEACHER = "teacher_model"
 # forward_train's keyword that runs a function inside the module's forward (see `forward_via`).
 RUN_IN_FORWARD = "run_in_forward"
+# A model's second forward, fn -> fn(), that FSDP2 learners register (fsdp2.shard_model).
+IN_OWN_FORWARD = "in_own_forward"
 CRITIC = "critic"  # a separate value model (models/value_model.py)
 VALUE_HEAD = "value_head"  # a value head on the policy's own trunk
 # Hugging Face config attributes of a step between the LM head and the logits (Gemma's soft-capping,
@@ -301,7 +303,7 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
         if hasattr(self, VALUE_HEAD):
             # One trunk pass serves both heads: the policy's (its LM head on the last hidden
             # states, as the causal LM computes its logits) and the values.
-            hidden = self._trunk_hidden(batch)  # (B, L, H), or (1, N, H) unpadded
+            hidden = in_own_forward(self.model, lambda: self._trunk_hidden(batch))  # (B, L, H)
             out[VALUES] = self._values(self.value_head, hidden, batch)
         elif self.has_critic:
             out[VALUES] = self.compute_values(batch)
@@ -320,6 +322,12 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
                                      tokens.shape[1])
             return token_logp_and_entropy(logits, tokens, self.temperature,
                                           entropy_grad=entropy_grad)
+        return in_own_forward(model, lambda: self._head_token_logp(model, batch, hidden,
+                                                                   entropy_grad=entropy_grad))
+
+    def _head_token_logp(self, model: torch.nn.Module, batch: dict[str, Any],
+                         hidden: torch.Tensor | None, *, entropy_grad: bool):
+        """`_token_logp` from the LM head on the trunk's last hidden states."""
         if hidden is None:
             hidden = self._trunk_hidden(batch, model.base_model)
         states, tokens, place = self._response_states(hidden, batch)
@@ -358,8 +366,11 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
                 "(env runners never hold one)."
             )
         if hasattr(self, VALUE_HEAD):
-            return self._values(self.value_head, self._trunk_hidden(batch), batch)
-        return self._values(self.critic.head, self._trunk_hidden(batch, self.critic.trunk), batch)
+            hidden = in_own_forward(self.model, lambda: self._trunk_hidden(batch))
+            return self._values(self.value_head, hidden, batch)
+        critic = self.critic
+        return in_own_forward(critic, lambda: self._values(
+            critic.head, self._trunk_hidden(batch, critic.trunk), batch))
 
     def _trunk_hidden(self, batch: dict[str, Any], trunk: torch.nn.Module | None = None):
         """A trunk's (default: the policy's) last hidden states: (B, L, H) of the padded rows,
@@ -449,7 +460,8 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
             state = {f"{MODEL}.{k}": v for k, v in self.policy_weights().items()}
         elif self.partitioned is not None:
             state = self.partitioned.state_dict(
-                include=lambda k: not (inference_only and _non_inference(k)))
+                include=lambda k: not (inference_only and _non_inference(k) or _teacher(k)
+                                       or self._adapters and _frozen_base(k)))
         else:
             state = self.state_dict()
         # The teacher is frozen and comes from teacher_model_name_or_path: checkpoints (and
@@ -464,11 +476,14 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
     def policy_weights(self) -> dict[str, torch.Tensor]:
         """The causal LM's weights under its Hugging Face names (what engines load), the
         adapters merged in."""
-        if self.partitioned is not None:
-            prefix = f"{MODEL}."
-            return {k[len(prefix):]: v for k, v in self.partitioned.state_dict(
-                include=lambda k: k.startswith(prefix)).items()}
-        return lora.merged_weights(self.model) if self._adapters else self.model.state_dict()
+        if self.partitioned is None:
+            return lora.merged_weights(self.model) if self._adapters else self.model.state_dict()
+        prefix = f"{MODEL}."
+        state = {k[len(prefix):]: v for k, v in self.partitioned.state_dict(
+            include=lambda k: k.startswith(prefix)).items()}  # {} on all ranks but the first
+        # LoRA: the adapters gathered with the base (a few KB more), merged on its CPU copy.
+        return lora.merged_state(state, scaling=self.lora["alpha"] / self.lora["rank"]) \
+            if self._adapters else state
 
     def set_state(self, state: dict[str, Any]) -> None:
         tensors = {k: torch.as_tensor(v) for k, v in state.items()}
@@ -512,6 +527,14 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
             scaling=self.lora["alpha"] / self.lora["rank"])
         rest = {k: v for k, v in state.items() if k not in adapters}
         return {**rest, **{prefix + k: v for k, v in merged.items()}}
+
+
+def in_own_forward(model: torch.nn.Module, fn):
+    """fn(), which calls `model`'s trunk and heads apart, inside `model`'s second forward where a
+    sharded learner registered one (`IN_OWN_FORWARD`: FSDP2 gathers the root's weights, the
+    embeddings and heads, in a forward only), else plainly."""
+    run = getattr(model, IN_OWN_FORWARD, None)
+    return fn() if run is None else run(fn)
 
 
 def enable_gradient_checkpointing(model: torch.nn.Module) -> None:

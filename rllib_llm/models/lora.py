@@ -101,3 +101,11 @@ def merge_adapters(base: dict[str, torch.Tensor], adapters: dict[str, Any], *,
         merged[f"{prefix}.weight"] = (weight.to(torch.float32) + scaling * (b @ a)).to(
             weight.dtype)
     return merged
+
+
+def merged_state(state: dict[str, Any], *, scaling: float) -> dict[str, torch.Tensor]:
+    """A state dict under peft's names (base weights and adapters, as a sharded learner gathers
+    them) under the model's own names, each adapted weight W + scaling · B A. Pure."""
+    adapters = adapter_weights(state)
+    base = {plain_name(k): v for k, v in state.items() if k not in adapters}
+    return base | merge_adapters(base, adapters, scaling=scaling)

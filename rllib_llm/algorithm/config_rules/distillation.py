@@ -33,12 +33,12 @@ def check_distillation(cfg) -> None:
             f"{cfg.adv_estimator!r}: the teacher's per-token term is added to the advantages "
             "after the estimator, where a critic's value targets never see it. Use a "
             "critic-free estimator (grpo, rloo, reinforce_baseline, reinforce).")
-    if cfg.learner_strategy != "torch":
+    if cfg.learner_strategy == "deepspeed":
         raise ValueError(
             f"RLVRConfig.teacher_model_name_or_path={teacher!r} with learner_strategy="
             f"{cfg.learner_strategy!r}: a teacher is not supported (nor tested) on DeepSpeed "
-            "learners or FSDP2 learners yet, whose sharding would partition it. Use "
-            "learner_strategy='torch'.")
+            "learners yet, whose ZeRO-3 would partition it outside the engine. Use "
+            "learner_strategy='torch' or 'fsdp2' (which shards it as it shards the policy).")
     if cfg.dynamic_sampling and cfg.verifier_advantage_coef == 0:
         raise ValueError(
             "RLVRConfig.dynamic_sampling=True with verifier_advantage_coef=0: dynamic sampling "
