@@ -33,7 +33,9 @@ MODEL_FIELDS: tuple[Field, ...] = (
           "model's weights; 0 = full fine-tuning. The optimizer holds the adapters alone, "
           "checkpoints hold the adapters (the frozen base comes from model_name_or_path), the "
           "reference model is the base with the adapters switched off (no second copy), and env "
-          "runners receive merged weights.", non_negative_int, "model"),
+          "runners receive merged weights. Under learner_strategy='fsdp2' the adapters train on "
+          "the sharded base, the merge runs on the first learner's copy gathered for the sync, "
+          "and sharded checkpoints hold the base's shards too.", non_negative_int, "model"),
     Field("lora_alpha", None,
           "LoRA's scale numerator: the adapters' output is multiplied by lora_alpha / lora_rank. "
           "None = 2 * lora_rank (ROLL's default).", optional(positive), "model",
@@ -52,7 +54,8 @@ MODEL_FIELDS: tuple[Field, ...] = (
           "3 GiB of float32 each); backward computes each chunk's logits again (one more "
           "LM-head matmul). The same values and gradients, up to float rounding. Needs a plain "
           "linear LM head whose output is the model's logits (rejected otherwise: a LoRA "
-          "adapter on it, soft-capped or scaled logits) and zero_stage 2 under DeepSpeed.",
+          "adapter on it, soft-capped or scaled logits) and zero_stage 2 under DeepSpeed (under "
+          "FSDP2 the head runs inside the sharded model's registered second forward).",
           boolean, "model"),
     Field("use_remove_padding", False,
           "verl's name (TRL's padding_free): each learner micro-batch runs as one row of its "
