@@ -64,6 +64,8 @@ from rllib_llm.core.pass_at_k import pass_at_k
 from rllib_llm.core.pipeline import (
     ADV_ESTIMATOR_REGISTRY,
     ADV_ESTIMATORS,
+    AdvantageInputs,
+    AdvantageSettings,
     AdvEstimator,
     AdvEstimatorInfo,
     EstimatorInputs,
@@ -122,6 +124,8 @@ __all__ = [
     "AdaptiveKLController",
     "AdvEstimator",
     "AdvEstimatorInfo",
+    "AdvantageInputs",
+    "AdvantageSettings",
     "AggCounts",
     "AggMode",
     "EstimatorInputs",

@@ -10,8 +10,10 @@ token of a turn): ``turn_rewards`` [B, T]. They are dense rewards like −β·KL
 they were paid, and the group estimators add their discounted return after the group value, as
 they do for KL, so a token is credited only with the rewards that follow it.
 
-Estimators are registered by name (``register_adv_estimator``) and receive an
-``EstimatorInputs`` bundle of tensors, so each one picks what it needs without a config object.
+``compute_advantages`` takes a batch's tensors (``AdvantageInputs``) and the steps' settings
+(``AdvantageSettings``, frozen, built once from the config outside core). Estimators are
+registered by name (``register_adv_estimator``) and receive an ``EstimatorInputs`` bundle of
+tensors, so each one picks what it needs without a config object.
 """
 
 from __future__ import annotations
@@ -179,47 +181,55 @@ def last_token_rewards(scores: Tensor, mask: Tensor) -> Tensor:
     return torch.where(is_last, scores[:, None], scores.new_zeros(()))
 
 
-def compute_advantages(
-    scores: Tensor,
-    mask: Tensor,
-    *,
-    adv_estimator: AdvEstimator,
-    group_size: int = 1,
-    gamma: float = 1.0,
-    lambd: float | Tensor = 0.95,
-    critic_lambd: float | None = None,
-    length_adaptive_alpha: float | None = None,
-    reward_clip: float | None = None,
-    norm_mean_type: NormType | None = None,
-    norm_std_type: NormType | None = None,
-    running_stats: RunningMeanStd | None = None,
-    token_kl: Tensor | None = None,
-    kl_coef: float = 0.0,
-    whiten_advantages: bool = True,
-    advantage_clip: float | None = 2.0,
-    values: Tensor | None = None,
-    turn_rewards: Tensor | None = None,
-    episode_index: Tensor | None = None,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Scores → per-token advantages, steps 1–6 of docs/ALGORITHMS.md, "Rewards and advantages".
+@dataclass(frozen=True)
+class AdvantageSettings:
+    """How scores become advantages: the settings of steps 1–6, built once (the learner builds
+    them from its config, ``learner/connector.py``) and the same for every batch.
 
-    Args:
-        scores: [B] verifier scores, one per response.
-        mask: [B, T] binary mask of the agent's tokens; the score sits on each row's last one.
+    Attributes:
         adv_estimator: a name in ``ADV_ESTIMATOR_REGISTRY`` (built-ins: ``ADV_ESTIMATORS``).
         group_size: responses per prompt, consecutive in the batch (≥ 2 for the group
             estimators and for ``group`` normalisation).
-        gamma, lambd: discount and GAE λ (float or [B]).
+        gamma, lambd: discount γ and GAE λ.
         critic_lambd: λ of the critic's returns for decoupled GAE (None: ``lambd``).
         length_adaptive_alpha: VAPO's α; when set, λ_b = length_adaptive_lambda(l_b, α)
             replaces ``lambd``.
         reward_clip: step 1, clamp scores to ±reward_clip (None: off).
-        norm_mean_type, norm_std_type, running_stats: step 2, see ``reward_norm``.
-        token_kl: [B, T] kl_estimate(old_logp, ref_logp, kl_penalty), for step 3.
-        kl_coef: β (``AdaptiveKLController.value``); step 3 subtracts β·token_kl on mask tokens.
+        norm_mean_type, norm_std_type: step 2, see ``reward_norm``.
         whiten_advantages: step 5, batch whitening over mask tokens.
         advantage_clip: step 6, clamp advantages to ±advantage_clip (None: off).
+    """
+
+    adv_estimator: AdvEstimator | str
+    group_size: int = 1
+    gamma: float = 1.0
+    lambd: float = 0.95
+    critic_lambd: float | None = None
+    length_adaptive_alpha: float | None = None
+    reward_clip: float | None = None
+    norm_mean_type: NormType | None = None
+    norm_std_type: NormType | None = None
+    whiten_advantages: bool = True
+    advantage_clip: float | None = 2.0
+
+    def __post_init__(self):
+        for field, value in (("reward_clip", self.reward_clip),
+                             ("advantage_clip", self.advantage_clip)):
+            if value is not None and not value > 0:
+                raise ValueError(f"{field}={value!r} must be > 0, or None to turn clipping off.")
+
+
+@dataclass(frozen=True)
+class AdvantageInputs:
+    """One batch's tensors for ``compute_advantages``; all but ``scores`` and ``mask`` optional.
+
+    Attributes:
+        scores: [B] verifier scores, one per response.
+        mask: [B, T] binary mask of the agent's tokens; the score sits on each row's last one.
         values: [B, T] critic values, required by ``gae``.
+        token_kl: [B, T] kl_estimate(old_logp, ref_logp, kl_penalty), for step 3.
+        kl_coef: β this batch (``AdaptiveKLController.value``); step 3 subtracts β·token_kl on
+            mask tokens.
         turn_rewards: [B, T] rewards paid before the end of a multi-turn episode, on the mask
             token where each was paid (None: none); added after step 2, not normalised.
         episode_index: [B] int, the episode of each row (0, 1, ... in row order, an episode's
@@ -230,47 +240,67 @@ def compute_advantages(
             std), and every row gets its episode's value; ``group_size`` counts episodes. As
             SkyRL's step-wise training computes the advantage of a trajectory's last step and
             broadcasts it (NovaSky-AI/SkyRL#436). None: each row is an episode.
+    """
+
+    scores: Tensor
+    mask: Tensor
+    values: Tensor | None = None
+    token_kl: Tensor | None = None
+    kl_coef: float = 0.0
+    turn_rewards: Tensor | None = None
+    episode_index: Tensor | None = None
+
+
+def compute_advantages(
+    inputs: AdvantageInputs,
+    settings: AdvantageSettings,
+    running_stats: RunningMeanStd | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Scores → per-token advantages, steps 1–6 of docs/ALGORITHMS.md, "Rewards and advantages".
+
+    Args:
+        inputs: the batch's scores, mask and optional dense tensors (``AdvantageInputs``).
+        settings: the steps' settings (``AdvantageSettings``).
+        running_stats: the state of ``running`` normalisation (step 2, see ``reward_norm``),
+            updated with this batch's scores; None when neither norm type is ``running``.
 
     Returns:
         advantages [B, T], returns [B, T] (critic targets for ``gae``; the Monte-Carlo return of
         the shaped rewards otherwise) and token_rewards [B, T] (normalised score on the last
         mask token minus β·KL plus turn rewards); all 0 outside the mask, in the compute dtype.
     """
-    fn = ADV_ESTIMATOR_REGISTRY.get(adv_estimator)
-    _check_pipeline_args(scores, mask, token_kl, values, reward_clip, advantage_clip, kl_coef,
-                         turn_rewards)
-    dtype = compute_dtype(scores, token_kl, values, turn_rewards)
-    m = bool_mask(mask)  # (B, T)
-    if episode_index is not None and episode_index.shape != scores.shape:
-        raise ValueError(f"compute_advantages: episode_index has shape "
-                         f"{tuple(episode_index.shape)}, scores {tuple(scores.shape)}; pass "
-                         "the episode of each row, shape [B].")
+    fn = ADV_ESTIMATOR_REGISTRY.get(settings.adv_estimator)
+    _check_inputs(inputs)
+    dtype = compute_dtype(inputs.scores, inputs.token_kl, inputs.values, inputs.turn_rewards)
+    m = bool_mask(inputs.mask)  # (B, T)
+    episode_index = inputs.episode_index
     last = None if episode_index is None else episode_last_rows(episode_index)  # (E,)
+    scores = inputs.scores.to(dtype)  # (B,)
     scores = process_scores(
-        scores.to(dtype) if last is None else scores.to(dtype)[last], group_size,
-        reward_clip=reward_clip, norm_mean_type=norm_mean_type, norm_std_type=norm_std_type,
-        running_stats=running_stats,
+        scores if last is None else scores[last], settings.group_size,
+        reward_clip=settings.reward_clip, norm_mean_type=settings.norm_mean_type,
+        norm_std_type=settings.norm_std_type, running_stats=running_stats,
     )  # (B,), or (E,) per episode
     if episode_index is not None:
         scores = scores[episode_index]  # (E,) -> (B,): each row its episode's score
-    token_rewards, kl_rewards = token_level_rewards(scores, m, token_kl=token_kl, kl_coef=kl_coef)
-    turns = token_rewards.new_zeros(m.shape) if turn_rewards is None else \
-        zero_masked(turn_rewards.detach(), m, dtype)  # (B, T)
+    token_rewards, kl_rewards = token_level_rewards(scores, m, token_kl=inputs.token_kl,
+                                                    kl_coef=inputs.kl_coef)
+    turns = token_rewards.new_zeros(m.shape) if inputs.turn_rewards is None else \
+        zero_masked(inputs.turn_rewards.detach(), m, dtype)  # (B, T)
     token_rewards = token_rewards + turns
-    if length_adaptive_alpha is not None:
-        lambd = length_adaptive_lambda(m.sum(dim=-1).to(dtype), length_adaptive_alpha)
-    inputs = EstimatorInputs(
+    lambd: float | Tensor = settings.lambd
+    if settings.length_adaptive_alpha is not None:  # (B,)
+        lambd = length_adaptive_lambda(m.sum(dim=-1).to(dtype), settings.length_adaptive_alpha)
+    values = None if inputs.values is None else zero_masked(inputs.values.detach(), m, dtype)
+    advantages, returns = fn(EstimatorInputs(
         scores=scores, token_rewards=token_rewards, kl_rewards=kl_rewards, turn_rewards=turns,
-        mask=m,
-        values=None if values is None else zero_masked(values.detach(), m, dtype),
-        group_size=group_size, gamma=gamma, lambd=lambd, critic_lambd=critic_lambd,
-        episode_index=episode_index,
-    )
-    advantages, returns = fn(inputs)
-    if whiten_advantages:
+        mask=m, values=values, group_size=settings.group_size, gamma=settings.gamma,
+        lambd=lambd, critic_lambd=settings.critic_lambd, episode_index=episode_index,
+    ))
+    if settings.whiten_advantages:
         advantages = whiten(advantages, m)
-    if advantage_clip is not None:
-        advantages = advantages.clamp(-advantage_clip, advantage_clip)
+    if settings.advantage_clip is not None:
+        advantages = advantages.clamp(-settings.advantage_clip, settings.advantage_clip)
     return zero_masked(advantages, m, dtype), zero_masked(returns, m, dtype), token_rewards
 
 
@@ -315,20 +345,20 @@ def token_level_rewards(
     return last_token_rewards(scores.to(dtype), m) + kl_rewards, kl_rewards
 
 
-def _check_pipeline_args(scores, mask, token_kl, values, reward_clip, advantage_clip, kl_coef,
-                         turn_rewards):
-    if scores.dim() != 1 or scores.shape[0] != mask.shape[0]:
+def _check_inputs(x: AdvantageInputs) -> None:
+    if x.scores.dim() != 1 or x.scores.shape[0] != x.mask.shape[0]:
         raise ValueError(
-            f"compute_advantages: scores has shape {tuple(scores.shape)} but mask is "
-            f"{tuple(mask.shape)}; pass one score per response, shape [B]."
+            f"compute_advantages: scores has shape {tuple(x.scores.shape)} but mask is "
+            f"{tuple(x.mask.shape)}; pass one score per response, shape [B]."
         )
-    check_same_shape({"mask": mask, "token_kl": token_kl, "values": values,
-                      "turn_rewards": turn_rewards}, "compute_advantages")
-    for field, value in (("reward_clip", reward_clip), ("advantage_clip", advantage_clip)):
-        if value is not None and not value > 0:
-            raise ValueError(f"{field}={value!r} must be > 0, or None to turn clipping off.")
-    if kl_coef != 0 and token_kl is None:
+    check_same_shape({"mask": x.mask, "token_kl": x.token_kl, "values": x.values,
+                      "turn_rewards": x.turn_rewards}, "compute_advantages")
+    if x.kl_coef != 0 and x.token_kl is None:
         raise ValueError(
-            f"kl_coef={kl_coef!r} puts KL in the reward but token_kl is None; pass token_kl="
+            f"kl_coef={x.kl_coef!r} puts KL in the reward but token_kl is None; pass token_kl="
             f"kl_estimate(old_logp, ref_logp, kl_penalty), or set kl_coef=0."
         )
+    if x.episode_index is not None and x.episode_index.shape != x.scores.shape:
+        raise ValueError(f"compute_advantages: episode_index has shape "
+                         f"{tuple(x.episode_index.shape)}, scores {tuple(x.scores.shape)}; pass "
+                         "the episode of each row, shape [B].")

@@ -72,9 +72,10 @@ def test_compute_advantages_with_empty_rows(estimator):
     token_kl = torch.tensor([[0.1, 0.1, math.inf]] * 4)
     for m in (mask, torch.zeros_like(mask)):
         adv, returns, rewards = core.compute_advantages(
-            torch.tensor([1.0, 0.0, 1.0, 1.0]), m, adv_estimator=estimator, group_size=2,
-            values=values, token_kl=token_kl, kl_coef=0.1, norm_mean_type="batch",
-            norm_std_type="group",
+            core.AdvantageInputs(torch.tensor([1.0, 0.0, 1.0, 1.0]), m, values=values,
+                                 token_kl=token_kl, kl_coef=0.1),
+            core.AdvantageSettings(estimator, group_size=2, norm_mean_type="batch",
+                                   norm_std_type="group"),
         )
         assert finite(adv, returns, rewards)
         assert (adv[m == 0] == 0).all() and (rewards[m == 0] == 0).all()
@@ -100,7 +101,8 @@ def test_dtype_rule(dtype, out):
         core.reward_norm(scores, 2, mean_type="batch", std_type="batch"),
         core.value_loss(x, x, x, mask, value_clip=0.2, agg_mode="token-mean"),
         core.positive_nll_loss(x, mask, scores),
-        core.compute_advantages(scores, mask, adv_estimator="grpo", group_size=2)[0],
+        core.compute_advantages(core.AdvantageInputs(scores, mask),
+                                core.AdvantageSettings("grpo", group_size=2))[0],
     ]
     assert [r.dtype for r in results] == [out] * len(results)
 

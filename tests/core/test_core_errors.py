@@ -19,9 +19,10 @@ def pl(variant="ppo", **params):
     return core.policy_loss(variant, LOGP, LOGP, LOGP, MASK, scores=SCORES, **params)
 
 
-def ca(**kwargs):
-    args = {"adv_estimator": "reinforce"} | kwargs
-    return core.compute_advantages(SCORES, MASK, **args)
+def ca(inputs: core.AdvantageInputs | None = None, **settings):
+    args = {"adv_estimator": "reinforce"} | settings
+    return core.compute_advantages(inputs or core.AdvantageInputs(SCORES, MASK),
+                                   core.AdvantageSettings(**args))
 
 
 CASES = [
@@ -111,14 +112,14 @@ CASES = [
     # The advantage pipeline.
     (lambda: ca(adv_estimator="gae"),
      r"adv_estimator='gae' needs values \[B, T\] from a critic; pass values=\.\.\. or choose"),
-    (lambda: core.compute_advantages(torch.ones(3), MASK, adv_estimator="grpo"),
+    (lambda: ca(core.AdvantageInputs(torch.ones(3), MASK), adv_estimator="grpo"),
      (r"compute_advantages: scores has shape \(3,\) but mask is \(2, 3\); pass one score per "
      r"response")),
-    (lambda: ca(values=torch.ones(2, 4)),
+    (lambda: ca(core.AdvantageInputs(SCORES, MASK, values=torch.ones(2, 4))),
      r"compute_advantages: mask \(2, 3\), values \(2, 4\) must all have the same shape"),
     (lambda: ca(reward_clip=0.0), r"reward_clip=0\.0 must be > 0, or None to turn clipping off"),
     (lambda: ca(advantage_clip=-2.0), r"advantage_clip=-2\.0 must be > 0"),
-    (lambda: ca(kl_coef=0.1),
+    (lambda: ca(core.AdvantageInputs(SCORES, MASK, kl_coef=0.1)),
      (r"kl_coef=0\.1 puts KL in the reward but token_kl is None; pass token_kl=kl_estimate\("
      r"old_logp, ref_logp, kl_penalty\), or set kl_coef=0")),
     (lambda: ca(adv_estimator="grpo", group_size=1),

@@ -454,8 +454,10 @@ def test_a_multi_turn_episodes_returns_and_advantages_match_a_hand_computation()
     assert batch["scores"].tolist() == [1.0]  # the final reward alone
     gamma = 0.9
     advantages, returns, _ = core.compute_advantages(
-        batch["scores"], batch["action_mask"], adv_estimator="reinforce", gamma=gamma,
-        turn_rewards=batch["turn_rewards"], whiten_advantages=False, advantage_clip=None)
+        core.AdvantageInputs(batch["scores"], batch["action_mask"],
+                             turn_rewards=batch["turn_rewards"]),
+        core.AdvantageSettings("reinforce", gamma=gamma, whiten_advantages=False,
+                               advantage_clip=None))
     # By hand, over the agent tokens only (the env tokens are a hole γ does not count):
     rewards = [0.0] * (k1 - 1) + [0.25] + [0.0] * (k2 - 1) + [1.0]
     expected, ret = [], 0.0
@@ -472,9 +474,10 @@ def test_a_multi_turn_episodes_returns_and_advantages_match_a_hand_computation()
     scores = torch.tensor([1.0, 0.0])
     mask2 = torch.stack([batch["action_mask"][0], torch.ones_like(batch["action_mask"][0])])
     turns2 = torch.stack([batch["turn_rewards"][0], torch.zeros_like(turn_rewards)])
-    adv, _, _ = core.compute_advantages(scores, mask2, adv_estimator="grpo", group_size=2,
-                                        gamma=gamma, turn_rewards=turns2,
-                                        whiten_advantages=False, advantage_clip=None)
+    adv, _, _ = core.compute_advantages(
+        core.AdvantageInputs(scores, mask2, turn_rewards=turns2),
+        core.AdvantageSettings("grpo", group_size=2, gamma=gamma, whiten_advantages=False,
+                               advantage_clip=None))
     group_value = (1.0 - 0.5) / (torch.tensor([1.0, 0.0]).std().item() + 1e-6)
     turn_return = [0.25 * gamma ** (k1 - 1 - t) if t < k1 else 0.0 for t in range(k1 + k2)]
     assert adv[0][agent].tolist() == pytest.approx(

@@ -16,6 +16,7 @@ from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
 from rllib_llm import core
 from rllib_llm.exchange.columns import ACTION_MASK, ADVANTAGES, SCORES, TRUNCATED
+from rllib_llm.learner import connector as stages
 from rllib_llm.learner.connector import PackAndComputeAdvantages
 from rllib_llm.recipes.embedded import embedded_config
 
@@ -158,3 +159,20 @@ def test_bad_overlong_settings_are_refused_naming_them(overrides, match):
     cfg = embedded_config("ppo", response_length=RESPONSE_LENGTH)
     with pytest.raises(ValueError, match=match):
         cfg.training(**overrides).validate()
+
+
+def test_a_stage_whose_setting_is_off_returns_no_metric_and_changes_no_column():
+    """The stages run in order on one batch; each optional one, off, leaves it as it was."""
+    cfg = embedded_config("ppo", adv_estimator="grpo", rollout_batch_size=1,
+                          num_return_sequences_in_group=4, response_length=RESPONSE_LENGTH)
+    settings = stages.ConnectorSettings.from_config(cfg, pad_token_id=0)
+    batch = stages.ConnectorBatch(episodes=[episode(*row) for row in ROWS], kl_coef=0.0)
+    module = NoModelModule()
+    assert stages.STAGES[0] is stages.pack and stages.pack(batch, module, settings) == {}
+    before = {name: column.clone() for name, column in batch.columns.items()}
+    assert stages.old_log_probs(batch, module, settings) == {stages.OLD_LOGP_RECOMPUTED: 0.0}
+    for stage in (stages.reference_log_probs, stages.critic_values, stages.token_kl,
+                  stages.overlong_shaping, stages.distillation, stages.rejection_mask):
+        assert stage(batch, module, settings) == {}, stage.__name__
+    assert batch.columns.keys() == before.keys() and batch.token_kl is None
+    assert all(torch.equal(batch.columns[name], column) for name, column in before.items())

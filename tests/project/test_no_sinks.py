@@ -1,5 +1,5 @@
 """No value passes between methods through `self` (STYLE.md, habits 13 and 17): in the learner,
-the algorithm, the env runner, the module and the math env, a method other than
+its connector, the algorithm, the env runner, the module and the math env, a method other than
 set-up writes to `self` only the state it keeps across calls, each listed here with why. A new
 write (a sink one method fills for another to read) fails here. Read from the source files:
 nothing is imported."""
@@ -35,6 +35,10 @@ CLASSES = {
             "step_chunk": {"_actions", "_num_actions"},
             "_finish": {"_running"},
         }),
+    # The learner connector keeps the KL controller and the running score statistics; its stages
+    # are functions that return their metrics, and __call__ logs them once.
+    ("rllib_llm/learner/connector.py", "PackAndComputeAdvantages"): (
+        {"__init__", "set_state"}, {}),
     ("rllib_llm/learner/module.py", "RLVRModule"): (
         {"setup"}, {"use_budgets": {"budgets"}}),  # the budgets sized for the learner's device
     # An update's methods write only counters kept across steps, each in the learner's

@@ -150,15 +150,14 @@ def test_the_split_episode_counts_once_in_its_groups_baseline(split_batch):
     episodes, _, _, _, pad = split_batch
     batch = pack_episodes(episodes, 2, pad)
     mask = batch[ACTION_MASK]
+    grpo = core.AdvantageSettings("grpo", group_size=2, whiten_advantages=False,
+                                  advantage_clip=None)
     advantages, _, _ = core.compute_advantages(
-        batch[SCORES], mask, adv_estimator="grpo", group_size=2, whiten_advantages=False,
-        advantage_clip=None, episode_index=batch[EPISODE_INDEX])
+        core.AdvantageInputs(batch[SCORES], mask, episode_index=batch[EPISODE_INDEX]), grpo)
     expected = torch.where(batch[SCORES] == 1.0, 0.5, -0.5) / (0.5 ** 0.5 + GROUP_STD_EPS)
     assert torch.allclose(advantages, expected[:, None] * mask, atol=1e-6)
     # Read as four episodes (rows in pairs), the same batch would get other advantages.
-    per_row, _, _ = core.compute_advantages(
-        batch[SCORES], mask, adv_estimator="grpo", group_size=2, whiten_advantages=False,
-        advantage_clip=None)
+    per_row, _, _ = core.compute_advantages(core.AdvantageInputs(batch[SCORES], mask), grpo)
     assert not torch.allclose(per_row, advantages, atol=1e-3)
 
 
@@ -174,8 +173,9 @@ def test_group_baselines_count_each_episode_once_by_hand(estimator, want):
     mask = torch.ones(5, 2)
     episode_index = torch.tensor([0, 0, 0, 1, 2])
     advantages, _, _ = core.compute_advantages(
-        scores, mask, adv_estimator=estimator, group_size=3, whiten_advantages=False,
-        advantage_clip=None, episode_index=episode_index)
+        core.AdvantageInputs(scores, mask, episode_index=episode_index),
+        core.AdvantageSettings(estimator, group_size=3, whiten_advantages=False,
+                               advantage_clip=None))
     per_row = torch.tensor(want)[episode_index]
     assert torch.allclose(advantages, per_row[:, None].expand(5, 2), atol=1e-5)
 
@@ -184,15 +184,18 @@ def test_reward_normalisation_counts_each_episode_once():
     """Batch mean over the episodes' rewards 1, 0, 0 is 1/3 (over the rows it would be 3/5)."""
     scores, mask = torch.tensor([1.0, 1.0, 1.0, 0.0, 0.0]), torch.ones(5, 1)
     _, _, token_rewards = core.compute_advantages(
-        scores, mask, adv_estimator="reinforce", norm_mean_type="batch",
-        whiten_advantages=False, advantage_clip=None, episode_index=torch.tensor([0, 0, 0, 1, 2]))
+        core.AdvantageInputs(scores, mask, episode_index=torch.tensor([0, 0, 0, 1, 2])),
+        core.AdvantageSettings("reinforce", norm_mean_type="batch", whiten_advantages=False,
+                               advantage_clip=None))
     assert token_rewards[:, 0].tolist() == pytest.approx([2 / 3] * 3 + [-1 / 3] * 2)
 
 
 def test_episodes_must_be_numbered_in_row_order():
     with pytest.raises(ValueError, match="episode_index must number episodes 0, 1"):
-        core.compute_advantages(torch.ones(3), torch.ones(3, 1), adv_estimator="reinforce",
-                                episode_index=torch.tensor([0, 1, 0]))
+        core.compute_advantages(
+            core.AdvantageInputs(torch.ones(3), torch.ones(3, 1),
+                                 episode_index=torch.tensor([0, 1, 0])),
+            core.AdvantageSettings("reinforce"))
 
 
 def test_mini_batches_and_learner_shares_keep_groups_whole_whatever_their_rows():
