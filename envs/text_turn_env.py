@@ -21,7 +21,7 @@ engine stops where a tool call closes), or where the token budget runs out. Epis
   observation that would leave no room for another agent token, ends the episode truncated,
   and the final info says `context_truncated` (nothing is cut silently, nothing crashes).
 Rewards the text env gives before the end are per-turn rewards: they sit on the turn's last agent
-token (the learner treats them as dense rewards, `core.compute_advantages(turn_rewards=...)`).
+token (the learner treats them as dense rewards, `core.AdvantageInputs.turn_rewards`).
 
 The final info carries the text env's last info plus `turns`, `num_env_tokens`,
 `context_truncated` and `turn_limit` (the runner's metrics read them).

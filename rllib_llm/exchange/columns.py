@@ -48,12 +48,12 @@ ENTROPY = "entropy"  # (B, T): the policy's entropy at each response position
 # (B,) float32, 1.0 where the episode was truncated: cut off at the response limit without EOS.
 TRUNCATED = "truncated"
 # (B, T) float32: rewards a multi-turn env paid before an episode's last step, on the agent token
-# they came with; present only when some episode has them (core.compute_advantages' turn_rewards).
+# they came with; present only when some episode has them (core.AdvantageInputs.turn_rewards).
 TURN_REWARDS = "turn_rewards"
 # (B,) int64: the episode of each row, 0, 1, ... in batch order (an episode's rows are
 # consecutive, a group's K episodes too); present only when some episode spans several rows
 # (`NEXT_PROMPT_IDS`). Group baselines and reward normalisation then count each episode once
-# (core.compute_advantages' episode_index) and mini-batches keep groups whole by it.
+# (core.AdvantageInputs.episode_index) and mini-batches keep groups whole by it.
 EPISODE_INDEX = "episode_index"
 
 

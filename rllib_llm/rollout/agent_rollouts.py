@@ -13,7 +13,7 @@ Per sample call the runner hands the prompts it drew (`n` episodes each, one gro
   episode stays one episode for everything that counts episodes (its group's completeness,
   dynamic sampling, accuracy, staleness: its oldest token), and the group baselines and reward
   normalisation count it once, broadcasting its advantage to all its rows
-  (`core.compute_advantages`' `episode_index`), as SkyRL's step-wise training broadcasts a
+  (`core.AdvantageInputs.episode_index`), as SkyRL's step-wise training broadcasts a
   trajectory's advantage to its steps (NovaSky-AI/SkyRL#436). Without that, an episode that
   split into 3 sequences would weigh 3 times in its group's mean and std. The loss sees each
   row as a sequence: token-mean aggregation counts every trained token once, a `seq-mean-*`
