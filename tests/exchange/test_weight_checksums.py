@@ -60,6 +60,11 @@ def test_check_bucket_names_the_bucket_the_tensor_and_the_version():
             "^weight sync of learner version 7: bucket 2 of 3 arrived misordered: its checksum "
             "belongs to another tensor where a.weight was expected; refusing it.$")):
         wc.check_bucket(other, names, [w[n] for n in names], bucket=1, num_buckets=3, version=7)
+    with pytest.raises(wc.WeightChecksumError, match=(
+            "^weight sync of learner version 7: bucket 2 of 3 came with 1 checksums for its 2 "
+            "tensors \\(a.weight ...\\); refusing it.$")):
+        wc.check_bucket(sent[:1], names, [w[n] for n in names], bucket=1, num_buckets=3,
+                        version=7)
 
 
 def corrupt_second_bucket(payloads):

@@ -11,6 +11,7 @@ import re
 import threading
 from pathlib import Path
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -136,3 +137,48 @@ def test_the_fsdp2_sender_holds_a_bucket_not_the_model(tmp_path):
     # A bucket (4 MiB; the gathered weight is the shard itself in a world of one) and slack.
     assert peaks["streamed"] <= 6, peaks
     assert peaks["from a whole state dict"] >= 48, peaks
+
+
+@pytest.mark.slow  # a learner actor and an env runner: outside test-fast
+@pytest.mark.usefixtures("ray_session")  # tests/conftest.py
+def test_an_fsdp2_learner_broadcasts_its_shards_to_the_env_runners():
+    """learner_strategy='fsdp2' with weight_sync_backend='gloo' end to end: two updates, each
+    synced by broadcast from the learner's shards; the runner's engine holds the learner's
+    weights and version."""
+    from ray.rllib.core import DEFAULT_MODULE_ID
+
+    from rllib_llm.recipes.embedded import embedded_config
+
+    algo = (embedded_config("topr", rollout_batch_size=2, num_return_sequences_in_group=2,
+                            response_length=4, learner_strategy="fsdp2")
+            .learners(num_learners=1)
+            .env_runners(num_env_runners=1, weight_sync_backend="gloo",
+                         weight_sync_bucket_bytes=2**16, weight_sync_timeout_s=120)
+            .build_algo())
+    try:
+        for _ in range(2):
+            algo.train()
+        members = algo.direct_sync.members
+        learner = {k: torch.as_tensor(v) for k, v in
+                   algo.learner_group.get_weights()[DEFAULT_MODULE_ID].items()}
+        ((version, runner),) = algo.env_runner_group.foreach_env_runner(
+            lambda r: (r.engine.weight_version,
+                       {k: v.clone() for k, v in r.engine.model.state_dict().items()}),
+            local_env_runner=False)
+    finally:
+        algo.stop()
+    assert members == [1]  # the group was built and every sync went over it
+    assert version == 2
+    for name, tensor in runner.items():
+        assert torch.equal(tensor, learner[f"model.{name}"]), name
+
+
+def test_an_fsdp2_learner_refuses_cuda_ipc_in_one_line():
+    """Its parameters are shards: there is nothing whole to hand engines in place."""
+    from rllib_llm.learner.fsdp2_learner import FSDP2RLVRLearner
+
+    with pytest.raises(ValueError, match=(
+            "^weight_sync_backend='cuda_ipc' shares the learner's parameters in place, and "
+            "learner_strategy='fsdp2' holds them as shards. Use weight_sync_backend='nccl' "
+            "\\(gathered a bucket at a time\\) or 'object_store'.$")):
+        FSDP2RLVRLearner.share_weights(None)  # refused before it reads the learner
