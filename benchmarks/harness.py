@@ -1,6 +1,6 @@
 """What several benchmarks share: their child processes, peak RSS, the exported SmolLM2-135M and
-the rollout engines by name. A benchmark runs as `python benchmarks/NAME.py`, so this module,
-beside it, is imported as `harness`.
+the rollout engines by name. A benchmark runs as `python benchmarks/FOLDER/NAME.py`, and puts
+benchmarks/ on sys.path with one line so that it imports this module as `harness`.
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ MODEL_FIELDS: tuple[Field, ...] = (
           "attention (transformers' default) each pass builds a dense mask over its N tokens, "
           "N^2 bytes: refused on a GPU (set attn_implementation). On a CPU it pays for models "
           "whose linear layers dominate (SmolLM2-135M), not for the 0.5M embedded model "
-          "(benchmarks/remove_padding.py). Needs a plain linear LM head whose output is the "
+          "(benchmarks/speed/remove_padding.py). Needs a plain linear LM head whose output is the "
           "model's logits, as use_fused_kernels.",
           boolean, "model"),
     Field("attn_implementation", None,

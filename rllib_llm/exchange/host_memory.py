@@ -6,7 +6,7 @@ tokens of a 6-layer Llama of hidden 384 in float32). After the first large block
 malloc serves blocks of up to 32 MiB from the heap instead of mapping them apart, and each
 micro-batch's pattern of allocations leaves the heap a little more fragmented: the resident
 memory after an update grew with the number of micro-batches, although nothing held that memory
-(benchmarks/host_memory.py: with both token budgets at 4,096, 1.97 GB after iterations of 64
+(benchmarks/memory/host_memory.py: with both token budgets at 4,096, 1.97 GB after iterations of 64
 responses, 2.41 GB after 512, 24 KiB per response token; every learner buffer was bounded by
 the budgets). `malloc_trim(0)` returns the free pages; after it the same runs settle at the
 memory their objects hold: 0.95 GB for 64, 512 and 2,048 responses alike.
@@ -15,9 +15,10 @@ The peak inside an update is not changed by this (the fragmentation happens betw
 micro-batches, and levels off after a few); trimming after every micro-batch lowered it by a
 tenth at about a tenth more time, so it is done once per update, and only when the heap holds
 at least `WORTH_TRIMMING` free: a trim hands back pages that the next update faults in again.
-Trimming every update cost the tiny CPU shape a fifth of its time (benchmarks/trl_comparison.py,
-8 x 4 x 16 on the embedded model: learn 24 -> 32 ms, sample 9.6 -> 11.4 ms per update), where
-the heap never holds much free. Elsewhere than glibc (macOS, musl) this does nothing.
+Trimming every update cost the tiny CPU shape a fifth of its time
+(benchmarks/peers/trl_comparison.py, 8 x 4 x 16 on the embedded model: learn 24 -> 32 ms, sample
+9.6 -> 11.4 ms per update), where the heap never holds much free. Elsewhere than glibc (macOS,
+musl) this does nothing.
 """
 
 from __future__ import annotations

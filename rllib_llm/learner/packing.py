@@ -8,7 +8,7 @@ with `NEXT_PROMPT_IDS` ends one) packs into one row per sequence, each with the 
 reward, and the batch then says which rows are one episode (`EPISODE_INDEX`).
 
 Every per-token step is a numpy operation: at 512 responses of 1,024 tokens a Python loop over
-tokens costs seconds per iteration (benchmarks/per_token_overhead.py).
+tokens costs seconds per iteration (benchmarks/speed/per_token_overhead.py).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 `generate`: exact-match accuracy, and for `embedded_tool` its tool use step by step.
 
 The build script (`scripts/pretrain_embedded.py`) calibrates the embedded checkpoints with
-these, the tool-use benchmark (`benchmarks/tool_use.py`) follows them through RL, and
+these, the tool-use benchmark (`benchmarks/learning/tool_use.py`) follows them through RL, and
 `tests/models/test_tool_model.py` checks the shipped checkpoint's. Problems come in as
 `{"prompt", "answer"}` dicts (the env layer's `arithmetic_problems`): the models layer may not
 import the envs.

@@ -17,7 +17,7 @@ in two ways, and in nothing else:
 `StaticDecode` runs this step eagerly, or, with `capture=True` on a CUDA device, captures it on
 its first call (after two warm-up runs on a side stream, as torch's CUDA-graph guide asks) and
 replays it from then on. The eager form is what the CPU tests compare with the engine's eager
-loop (tests/rollout/test_decode_graphs.py); on a GPU `benchmarks/gpu_check.py` compares the
+loop (tests/rollout/test_decode_graphs.py); on a GPU `benchmarks/gpu/gpu_check.py` compares the
 replayed graph with it.
 
 One graph serves one decode batch: its rows, prompt width and response length fix the shapes,

@@ -185,8 +185,8 @@ class RLVREnvRunner(EnvRunner, Checkpointable):
         """The sampling parameters of this runner's training call number `call` (0 for the
         first), with a seed of its own (`sampler_state.sample_seed`): a run resumed from a
         checkpoint (which holds the count of calls) draws what the uninterrupted run would.
-        Changes nothing. A subclass may change them (as benchmarks/rollout_mismatch.py samples
-        hotter than the learner)."""
+        Changes nothing. A subclass may change them (as benchmarks/learning/rollout_mismatch.py
+        samples hotter than the learner)."""
         cfg = self.config
         return SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p,
                               max_tokens=cfg.response_length,

@@ -1,7 +1,7 @@
 """The driver's side of the CUDA IPC weight sync (algorithm/weight_sync.py), on the CPU: which
 calls it makes, the placement it refuses, and when it falls back to the object store. The
 learner and runners here are stand-ins with the methods the sync calls; the IPC itself needs a
-GPU (benchmarks/gpu_check.py runs it and checks the runners' weights)."""
+GPU (benchmarks/gpu/gpu_check.py runs it and checks the runners' weights)."""
 
 from __future__ import annotations
 

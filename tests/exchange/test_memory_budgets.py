@@ -1,5 +1,5 @@
 """Budgets sized by the device (exchange/memory_budgets.py): the arithmetic by hand on the 403M
-shape of benchmarks/gpu_check.py, its properties (more free memory, more tokens; a larger
+shape of benchmarks/gpu/gpu_check.py, its properties (more free memory, more tokens; a larger
 model, fewer; what it returns fits the share), and the "auto" settings where they are settled:
 explicit values win, a CPU keeps the fixed defaults bit for bit, and a GPU (faked: torch's free
 memory of N GiB, or the free bytes injected) gets sized budgets, gradient checkpointing and CUDA
@@ -28,7 +28,7 @@ SMALL = dict(rollout_batch_size=4, num_return_sequences_in_group=2, response_len
 
 
 def shape_403m(**overrides) -> mb.ModelShape:
-    """benchmarks/gpu_check.py's FULL shape in bfloat16: 24 layers, hidden 1,024, 16 heads of 64
+    """benchmarks/gpu/gpu_check.py's FULL shape in bfloat16: 24 layers, hidden 1,024, 16 heads of 64
     (no grouped-query attention), MLP 4,096, the char vocabulary of 98; 402,803,712 parameters."""
     params = 402_803_712
     fields = dict(layers=24, kv_heads=16, head_dim=64, hidden=1024, intermediate=4096, vocab=98,

@@ -1,5 +1,5 @@
 """CUDA IPC weight sync (exchange/weight_ipc.py) on the CPU: which GPU a receiver opens, what it
-delivers under which names, and the refusals. The IPC itself needs a GPU: benchmarks/gpu_check.py
+delivers under which names, and the refusals. The IPC itself needs a GPU: benchmarks/gpu/gpu_check.py
 syncs through it and compares the runner's weights with the learner's."""
 
 import pytest

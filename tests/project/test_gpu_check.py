@@ -1,4 +1,4 @@
-"""`benchmarks/gpu_check.py --small`: the GPU check's code paths on the CPU, so the script a GPU
+"""`benchmarks/gpu/gpu_check.py --small`: the GPU check's code paths on the CPU, so the script a GPU
 loan runs has not rotted by the time one comes. Here every process must report the CPU (no GPU is
 given), and the 403M-shape comparison must have run our side and run or skipped TRL's."""
 
@@ -24,7 +24,7 @@ def gpu_check(tmp_path_factory, part: str) -> dict:
     module's tests to two workers, and a module fixture runs once in each, so a fixture per part
     keeps the check from running twice whole (about 50 s a part, 80 s both in one process)."""
     path = tmp_path_factory.mktemp("gpu_check") / "report.json"
-    run = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--small", "--parts", part,
+    run = subprocess.run([sys.executable, "benchmarks/gpu/gpu_check.py", "--small", "--parts", part,
                           "--json", str(path),
                           "--ours-set", f"max_tokens_per_micro_batch={OURS_BUDGET}"],
                          capture_output=True, text=True, timeout=300, cwd=ROOT,

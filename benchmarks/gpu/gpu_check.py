@@ -1,0 +1,989 @@
+"""The GPU check: where every process computes, that training learns there, and the 403M shape
+against TRL's GRPOTrainer, in one run sized for a short GPU loan (on one H200, 2026-11-27, with
+80 placement iterations: 389 s in all, 218 s of it (b); 150 iterations add about 100 s; RESULTS.md).
+
+    python benchmarks/gpu/gpu_check.py [--json PATH] [--parts placements shape]
+    python benchmarks/gpu/gpu_check.py --parts shape --ours-set max_tokens_per_micro_batch=131072
+    python benchmarks/gpu/gpu_check.py --small [--json PATH]    # the same code paths on the CPU
+
+(a) Placements. The embedded task (`rllib_llm.recipes.embedded.embedded_config`, TOPR) in three
+    placements: one process (a local learner on the GPU, sampling with its model); a local
+    learner on the GPU and one remote env runner holding half of it; a remote learner and a remote
+    env runner, half a GPU each. Every process reports its device itself: each learner its
+    parameters' (`foreach_learner`), each env runner, the driver's included, its module's and its
+    engine's (`foreach_env_runner`). Held-out greedy pass@1 on 500 problems is scored before and
+    after 150 iterations (the examples' budget); it learns when it rises by MIN_GAIN. Fewer swing
+    with the seed on the split by operand pair: at 80 iterations on the CPU the "local learner +
+    remote runner" placement ended at 0.574, 0.710 and 0.572 from 0.598 (seeds 0, 1, 2), and at
+    150 at 0.668 and 0.710 (seeds 0, 2).
+(b) The 403M shape against TRL. A randomly initialised Llama (hidden 1024, 24 layers, MLP 4096, 16
+    heads, the embedded char tokenizer's 98 tokens: 403M parameters), GRPO on 32 prompts x 8
+    responses x 256 tokens in bfloat16, one optimizer step per batch at a constant lr: rllib_llm
+    with its default memory settings (a local learner on the GPU and one remote env runner at 0.5
+    GPU) against TRL's GRPOTrainer with its defaults (gradient checkpointing, bf16) and the GRPO
+    settings of benchmarks/peers/trl_comparison.py, each side in a process of its own. EOS never
+    ends a response: the saved tokenizer's EOS is an id the model's logits do not have, so every
+    response is exactly --tokens long on both sides (checked). Per side: s/update (median after
+    the warm-up updates), each process's peak CUDA memory (max allocated and reserved, counted
+    from the end of the warm-up), generated tokens/s, and the update's MFU: 6 x parameters x
+    trained tokens (prompt + response) / learn seconds / the GPU's dense bf16 peak (989 TFLOP/s
+    for H100/H200 SXM). Our side also reports the budgets its processes sized for their device
+    (the "auto" settings), where an update's time goes (the env runner's generate, verify and
+    replay, the rest of its sample call, the episodes' transfer to the driver, the learner, the
+    weight sync and the runner's weight load: median seconds from the iteration's metrics), and,
+    after the updates, its torch engine alone against `model.generate` on the same model, the
+    same --prompts x --group prompts and --tokens, in the env runner's process (tokens/s), and,
+    where the engine decodes from CUDA graphs (torch_engine_cuda_graphs), the same seeded call
+    with its eager step: the speed-up, identical rows and the largest log-prob difference. It
+    checks that the runner's engine holds the learner's weights after the last sync (each
+    tensor's sum, the learner's cast to the engine's dtype as a sync casts it), and on a GPU it
+    runs the shape again for 3 updates with weight_sync_backend='cuda_ipc', to time that sync
+    against the shipped one and check its weights the same way. Then
+    ours/TRL, and the goal: s/update <= 0.5x TRL's, learner + runner peak reserved <= 16 GiB,
+    and the engine >= 3x `model.generate`.
+
+The check fails (exit 1, after the tables) when a process given a GPU computes on the CPU, a
+learner's parameters are not on its device after training, a part raises, a response ends before
+--tokens, or (full mode) a placement does not learn. The goal is reported, not enforced.
+
+`--small` (CI: tests/project/test_gpu_check.py) runs all of it on the CPU: no GPUs anywhere, 2
+iterations per placement, a 2-layer Llama of hidden 64 on 4 prompts x 4 x 16 tokens in float32, 2
+updates, peak RSS instead of CUDA memory. TRL is the `bench` extra; without it its side is skipped
+with a note. On a GPU machine without Ray, gymnasium, math-verify or TRL, carry their wheels and
+put them on PYTHONPATH (Ray's workers inherit it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+GIB = 2**30
+# Dense bf16 peak of one GPU in FLOP/s, by a piece of `torch.cuda.get_device_name()` (first match).
+PEAK_BF16_FLOPS = (("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("A100", 312e12))
+CHILD_TIMEOUT_S = 300  # each side of the 403M shape (about a minute or two on a GPU)
+GOAL_PEAK_GIB = 16.0  # learner + env runner peak reserved CUDA memory
+GOAL_TIME_RATIO = 0.5  # our s/update over TRL's
+GOAL_ENGINE_SPEEDUP = 3.0  # the torch engine's tokens/s over model.generate's
+MIN_GAIN = 0.05  # held-out greedy pass@1 gain that counts as learning (full mode)
+LR = 1e-6  # constant on both sides (TRL's default learning rate)
+# The tokenizer's EOS in the 403M shape: a token the model's logits do not cover (see write_model).
+NO_EOS = "<no-eos>"
+PROMPTS_FILE = "train_prompts.json"  # beside the model: the prompts TRL trains on
+# Settings that bound memory, printed with the values our side ran with (where the config has them).
+MEMORY_SETTINGS = ("model_dtype", "micro_batch_size", "max_tokens_per_micro_batch",
+                   "gradient_checkpointing", "max_tokens_per_generate_batch", "use_fused_kernels")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    gpu: float  # GPUs of a process that holds one (halves where two share it); 0 = all on the CPU
+    iterations: int  # training iterations per placement
+    eval_problems: int  # held-out problems scored before and after
+    hidden: int  # (b): the Llama's shape
+    layers: int
+    intermediate: int
+    heads: int
+    prompts: int  # (b): the GRPO batch
+    group: int
+    tokens: int
+    dtype: str
+    updates: int  # (b): updates per side, the first `warmup` of them not measured
+    warmup: int
+
+
+FULL = Sizes(gpu=1, iterations=150, eval_problems=500, hidden=1024, layers=24, intermediate=4096,
+             heads=16, prompts=32, group=8, tokens=256, dtype="bfloat16", updates=5, warmup=1)
+SMALL = Sizes(gpu=0, iterations=2, eval_problems=50, hidden=64, layers=2, intermediate=256,
+              heads=4, prompts=4, group=4, tokens=16, dtype="float32", updates=2, warmup=1)
+
+
+# --- what each process reports about itself (run inside it by foreach_learner/env_runner) --------
+def learner_report(learner) -> dict:
+    """The learner's device: where its parameters are, and where RLlib placed it."""
+    from ray.rllib.core import DEFAULT_MODULE_ID
+
+    module = learner.module[DEFAULT_MODULE_ID].unwrapped()
+    params = next(module.parameters())
+    return {"role": "learner", "pid": os.getpid(), "device": str(params.device),
+            "assigned": str(learner.device),
+            # What the "auto" settings became on this device (printed at build as well).
+            "sized": {"max_tokens_per_micro_batch": module.micro_batch_tokens,
+                      "gradient_checkpointing": module.gradient_checkpointing}}
+
+
+def runner_report(runner) -> dict:
+    """An env runner's device: its module's parameters, and its engine's (once built)."""
+    engine = runner.built_engine
+    report = {"role": f"env runner {runner.worker_index}", "index": runner.worker_index,
+              "pid": os.getpid(), "device": str(next(runner.module.parameters()).device),
+              "engine": str(engine.device) if engine is not None else "not built"}
+    if engine is not None and hasattr(engine, "max_tokens_per_batch"):  # the torch engine
+        report["sized"] = {"max_tokens_per_generate_batch": engine.max_tokens_per_batch}
+    return report
+
+
+def reset_peak_memory(_=None) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_memory(_=None) -> dict:
+    """This process's peak RSS, and where CUDA is, its peak allocated and reserved CUDA memory
+    since the last `reset_peak_memory` (GiB)."""
+    import resource
+
+    import torch
+
+    peak = {"pid": os.getpid(),
+            "rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB}
+    if torch.cuda.is_available():
+        peak.update(allocated_gib=torch.cuda.max_memory_allocated() / GIB,
+                    reserved_gib=torch.cuda.max_memory_reserved() / GIB)
+    return peak
+
+
+def runner_peak_memory(runner) -> tuple[str, dict]:
+    return f"env runner {runner.worker_index}", peak_memory()
+
+
+def runner_weight_sums(runner) -> dict[str, tuple[str, float]]:
+    """Each of the engine's weights: its dtype and its sum (float64)."""
+    return {name: (str(t.dtype), t.double().sum().item())
+            for name, t in runner.engine.model.state_dict().items()}
+
+
+def learner_weight_sums(dtypes: dict[str, str]):
+    """`fn(learner)`: the sums of the learner's weights, each cast first to the runner's dtype
+    (the cast a sync makes); None for a name the runner lacks."""
+    def sums(learner) -> dict[str, float | None]:
+        import torch
+        from ray.rllib.core import DEFAULT_MODULE_ID
+
+        weights = learner.module[DEFAULT_MODULE_ID].unwrapped().policy_weights()
+        return {name: t.detach().to(getattr(torch, dtypes[name].split(".")[-1])).double()
+                .sum().item() if name in dtypes else None for name, t in weights.items()}
+    return sums
+
+
+def weights_synced(algo) -> dict:
+    """Whether every remote runner's engine holds the learner's weights after the last sync:
+    the learner's tensors a runner lacks, and those whose sums differ (both sides make the same
+    cast, so equal weights give equal sums)."""
+    out = {"backend": algo.config.weight_sync_backend, "runners": []}
+    for runner in on_runners(algo, runner_weight_sums, local=False):
+        learner = algo.learner_group.foreach_learner(learner_weight_sums(
+            {k: dtype for k, (dtype, _) in runner.items()})).result_or_errors[0].get()
+        out["runners"].append({
+            "missing": sorted(k for k, total in learner.items() if total is None),
+            "differ": sorted(k for k, total in learner.items()
+                             if total is not None and total != runner[k][1]),
+        })
+    out["ok"] = all(not r["missing"] and not r["differ"] for r in out["runners"])
+    return out
+
+
+def on_runners(algo, func, *, local: bool = True) -> list:
+    """`func(runner)` on every env runner; raises a runner's error (RLlib returns it instead)."""
+    results = algo.env_runner_group.foreach_env_runner(func, local_env_runner=local)
+    for result in results:
+        if isinstance(result, Exception):
+            raise result
+    return results
+
+
+def process_reports(algo) -> list[dict]:
+    learners = [r.get() for r in algo.learner_group.foreach_learner(learner_report)
+                .result_or_errors]
+    return learners + on_runners(algo, runner_report)
+
+
+def gpu_given(config, report: dict) -> bool | None:
+    """Whether the config gives this process a GPU to compute on; None for the driver's env
+    runner beside remote ones, which does not sample."""
+    if report["role"] == "learner":
+        return config.num_gpus_per_learner > 0
+    if report["index"]:
+        return config.num_gpus_per_env_runner > 0
+    if config.num_env_runners:
+        return None
+    if config.num_learners == 0:  # one process: it samples with the local learner's model
+        return config.num_gpus_per_learner > 0
+    return config.num_gpus_per_env_runner > 0
+
+
+def same_device(a: str, b: str) -> bool:
+    """"cuda" and "cuda:0" are one device."""
+    (kind_a, _, index_a), (kind_b, _, index_b) = a.partition(":"), b.partition(":")
+    return kind_a == kind_b and (index_a or "0") == (index_b or "0")
+
+
+def device_problems(config, reports: list[dict]) -> list[str]:
+    """A GPU-given process on the CPU; a learner whose parameters left its device."""
+    problems = []
+    for r in reports:
+        r["gpu_given"] = gpu_given(config, r)
+        devices = [r["device"]] + ([r["engine"]] if r.get("engine", "not built") != "not built"
+                                   else [])
+        if r["gpu_given"] and any(not d.startswith("cuda") for d in devices):
+            problems.append(f"{r['role']} (pid {r['pid']}) was given a GPU but computes on "
+                            f"{', '.join(devices)}")
+        if r["role"] == "learner" and not same_device(r["device"], r["assigned"]):
+            problems.append(f"learner (pid {r['pid']}): parameters on {r['device']} after "
+                            f"training, not on its device {r['assigned']}")
+    return problems
+
+
+# --- (a) placements ------------------------------------------------------------------------------
+def one_process(config, gpu: float):
+    return config.learners(num_learners=0, num_gpus_per_learner=gpu).env_runners(
+        num_env_runners=0)
+
+
+def local_learner_remote_runner(config, gpu: float):
+    return config.learners(num_learners=0, num_gpus_per_learner=gpu).env_runners(
+        num_env_runners=1, num_gpus_per_env_runner=gpu / 2)
+
+
+def remote_learner_remote_runner(config, gpu: float):
+    return config.learners(num_learners=1, num_gpus_per_learner=gpu / 2).env_runners(
+        num_env_runners=1, num_gpus_per_env_runner=gpu / 2)
+
+
+PLACEMENTS = {
+    "one process": one_process,
+    "local learner + remote runner": local_learner_remote_runner,
+    "remote learner + remote runner": remote_learner_remote_runner,
+}
+
+
+def run_placement(name: str, sizes: Sizes) -> dict:
+    """Build the embedded task in placement `name`, train `sizes.iterations` iterations, and
+    score held-out greedy pass@1 before and after; every process reports its device."""
+    from rllib_llm.recipes.embedded import embedded_config
+
+    config = PLACEMENTS[name](embedded_config("topr", seed=0), sizes.gpu)
+    out = {"placement": name, "learner_gpus": config.num_gpus_per_learner,
+           "num_learners": config.num_learners, "num_env_runners": config.num_env_runners,
+           "runner_gpus": config.num_gpus_per_env_runner}
+    algo = config.build_algo()
+    try:
+        out["before"] = algo.evaluate_accuracy(num_problems=sizes.eval_problems,
+                                               temperature=0)["pass@1"]
+        seconds = []
+        for _ in range(sizes.iterations):
+            start = time.perf_counter()
+            algo.train()
+            seconds.append(time.perf_counter() - start)
+        out["after"] = algo.evaluate_accuracy(num_problems=sizes.eval_problems,
+                                              temperature=0)["pass@1"]
+        out["s_per_iteration"] = statistics.median(seconds)
+        out["processes"] = process_reports(algo)
+        out["problems"] = device_problems(config, out["processes"])
+    finally:
+        algo.stop()
+    return out
+
+
+# --- (b) the 403M shape: the model both sides train ----------------------------------------------
+def write_model(sizes: Sizes, out_dir: Path) -> dict:
+    """A randomly initialised Llama of `sizes` with the embedded char tokenizer, saved to `out_dir`
+    for `model_name_or_path` and TRL alike.
+
+    The tokenizer gets a new EOS token, id `vocab` (98), one past the model's logits: neither
+    sampler can draw it, so every response runs to the length limit. (rllib_llm has no sampling
+    option that ignores EOS; the env, the engine and TRL all take EOS from the tokenizer.)
+    """
+    import torch
+    from rllib_llm.envs.datasets import load_problems
+    from transformers import LlamaForCausalLM
+
+    from rllib_llm.models import DTYPES, encode_prompt, load_tokenizer
+    from rllib_llm.models.tiny_llama import tiny_llama_config
+
+    tokenizer = load_tokenizer("embedded")
+    vocab = len(tokenizer)
+    tokenizer.add_special_tokens({"eos_token": NO_EOS})
+    config = tiny_llama_config(vocab, hidden_size=sizes.hidden, num_hidden_layers=sizes.layers,
+                               num_attention_heads=sizes.heads,
+                               intermediate_size=sizes.intermediate,
+                               max_position_embeddings=sizes.tokens + 64,
+                               pad_token_id=tokenizer.pad_token_id, eos_token_id=None)
+    torch.manual_seed(0)
+    device = "cuda" if sizes.gpu and torch.cuda.is_available() else "cpu"  # a faster init
+    with torch.device(device):
+        model = LlamaForCausalLM(config).to(DTYPES[sizes.dtype])
+    model.generation_config.eos_token_id = None
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    params = model.num_parameters()
+    # TRL's prompts: the training split our env samples from (env_config dataset "arithmetic").
+    prompts = [p["prompt"] for p in load_problems("arithmetic", split="train")]
+    (out_dir / PROMPTS_FILE).write_text(json.dumps(prompts))
+    prompt_tokens = statistics.mean(len(encode_prompt(tokenizer, p)) for p in prompts)
+    return {"parameters": params, "vocab": vocab, "eos_token_id": tokenizer.eos_token_id,
+            "mean_prompt_tokens": prompt_tokens}
+
+
+# --- (b) our side, in a process of its own (connected to the driver's Ray) -----------------------
+def shape_config(sizes: Sizes, path: str, overrides: dict | None = None):
+    """GRPO as benchmarks/peers/trl_comparison.py runs it, on the 403M shape; memory settings at
+    their defaults unless `overrides` (--ours-set) names training settings. A local learner on the
+    GPU, one remote env runner at half of it."""
+    from rllib_llm import RLVRConfig
+
+    return (RLVRConfig()
+            .environment("math_verify", env_config={"dataset": "arithmetic"})
+            .training(model_name_or_path=path, model_dtype=sizes.dtype, pg_variant="ppo",
+                      adv_estimator="grpo", rollout_batch_size=sizes.prompts,
+                      num_return_sequences_in_group=sizes.group, response_length=sizes.tokens,
+                      lr=LR, use_kl_loss=False, pg_clip=0.2, grad_clip=1.0, temperature=1.0,
+                      advantage_clip=None)
+            .training(**(overrides or {}))
+            .learners(num_learners=0, num_gpus_per_learner=sizes.gpu)
+            .env_runners(num_env_runners=1, num_gpus_per_env_runner=sizes.gpu / 2)
+            .debugging(seed=0, log_level="ERROR"))
+
+
+def metric(result: dict, key: str, default=None):
+    for part in key.split("/"):
+        if default is not None and part not in result:
+            return default
+        result = result[part]
+    return result
+
+
+def phase_times(result: dict, backend: str, update_s: float) -> dict:
+    """Where one update of `update_s` seconds went, from its result: the env runner's sample
+    call by part (rollout/sample_metrics.py), the driver's timers, the runner's weight load and
+    the rest of the driver's time; they add up to `update_s`. A direct sync (`backend` not
+    'object_store') waits for the load, so its timer holds it; the object store's only sends,
+    and the driver's next call to the runner waits for the load instead (measured on the CPU:
+    87 ms of a 50M model's update), so there the load counts as much of it as the driver's rest
+    waited for."""
+    from rllib_llm.outputs import metric_names as m
+    from rllib_llm.rollout.sample_metrics import WEIGHT_LOAD_S
+
+    call, sample = metric(result, m.SAMPLE_CALL_S), metric(result, m.TIME_SAMPLE_S)
+    learn, sync = metric(result, m.TIME_LEARN_S), metric(result, m.TIME_WEIGHT_SYNC_S)
+    load = metric(result, f"env_runners/{WEIGHT_LOAD_S}", 0.0)
+    rest = update_s - sample - learn - sync  # outside the driver's timers (metrics, bookkeeping)
+    if backend == "object_store":
+        load = min(load, max(rest, 0.0))
+        rest -= load
+    else:
+        sync -= load
+    parts = {"generate": metric(result, m.GENERATE_S), "verify": metric(result, m.VERIFY_S),
+             "replay": metric(result, m.REPLAY_S)}
+    return {**parts, "rest of the sample call": call - sum(parts.values()),
+            "transfer to the driver": sample - call, "learn": learn,
+            "weight sync (driver)": sync, "weight load (runner)": load,
+            "rest of the update (driver)": rest}
+
+
+def engine_vs_generate(runner, prompts: int, group: int, tokens: int) -> dict:
+    """The env runner's torch engine alone against `model.generate` on the engine's own model,
+    in the runner's process: the same `prompts` prompts x `group` samples x `tokens` tokens,
+    sampled at temperature 1 (EOS never ends a response in the 403M shape), each timed after a
+    short warm-up; seconds, tokens and tokens/s of each, and the engine's speed-up."""
+    import torch
+
+    from rllib_llm.exchange.columns import PROMPT_IDS
+    from rllib_llm.rollout.engine import SamplingParams
+
+    engine, tok = runner.engine, runner.env.tokenizer
+    batch = [list(runner.env.reset()[1][PROMPT_IDS]) for _ in range(prompts)]
+    engine.generate(batch[:1], 1, SamplingParams(max_tokens=2, seed=0))
+    start = time.perf_counter()
+    responses = engine.generate(batch, group, SamplingParams(max_tokens=tokens, seed=0))
+    engine_s = time.perf_counter() - start
+    engine_tokens = sum(len(r.token_ids) for g in responses for r in g)
+    rows = [p for p in batch for _ in range(group)]
+    width = max(len(p) for p in rows)
+    ids = torch.full((len(rows), width), tok.pad_token_id, device=engine.device)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(rows):  # left-padded, as the engine pads
+        ids[i, width - len(p):] = torch.tensor(p, device=engine.device)
+        mask[i, width - len(p):] = 1
+    model, was_training = engine.model, engine.model.training
+    model.eval()
+
+    def generate(new_tokens: int) -> int:
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True,
+                                 temperature=1.0, top_p=1.0, max_new_tokens=new_tokens,
+                                 pad_token_id=tok.pad_token_id)
+        return int(out[:, width:].numel())  # (no EOS: every row runs to new_tokens)
+
+    try:
+        generate(2)
+        start = time.perf_counter()
+        generate_tokens = generate(tokens)
+        generate_s = time.perf_counter() - start
+    finally:
+        model.train(was_training)
+    out = {"engine_s": engine_s, "engine_tokens": engine_tokens,
+           "engine_tokens_per_s": engine_tokens / engine_s, "generate_s": generate_s,
+           "generate_tokens": generate_tokens,
+           "generate_tokens_per_s": generate_tokens / generate_s}
+    out["speedup"] = out["engine_tokens_per_s"] / out["generate_tokens_per_s"]
+    if engine.decode_step == "cuda_graph":
+        out.update(graphs_against_eager(engine, batch, group, tokens, responses))
+    out["graph_failure"] = engine.graph_failure  # a capture that fell back to the eager step
+    return out
+
+
+def graphs_against_eager(engine, batch, group: int, tokens: int, graphed) -> dict:
+    """The same seeded call with the engine's eager decode step: its speed, and how far the
+    CUDA-graph step's samples are from it (the graph's step attends over the whole cache with a
+    mask, so only float rounding differs: identical rows, and the log-probs' largest difference
+    over each row's tokens before it first differs)."""
+    from rllib_llm.rollout.engine import SamplingParams
+
+    engine.decode_step = "eager"
+    try:
+        start = time.perf_counter()
+        eager = engine.generate(batch, group, SamplingParams(max_tokens=tokens, seed=0))
+        eager_s = time.perf_counter() - start
+    finally:
+        engine.decode_step = "cuda_graph"
+    rows = same = 0
+    worst = 0.0
+    for graph_group, eager_group in zip(graphed, eager, strict=True):
+        for a, b in zip(graph_group, eager_group, strict=True):
+            agree = next((i for i, (x, y) in enumerate(zip(a.token_ids, b.token_ids)) if x != y),
+                         min(len(a.token_ids), len(b.token_ids)))
+            rows += 1
+            same += a.token_ids == b.token_ids
+            if agree:
+                worst = max(worst, max(abs(x - y) for x, y in
+                                       zip(a.logprobs[:agree], b.logprobs[:agree], strict=True)))
+    eager_tokens = sum(len(r.token_ids) for g in eager for r in g)
+    return {"eager_s": eager_s, "eager_tokens_per_s": eager_tokens / eager_s,
+            "identical_rows": same / rows, "max_logp_difference": worst}
+
+
+def run_ours(sizes: Sizes, path: str, ray_address: str, overrides: dict,
+             engine_check: bool = True) -> dict:
+    import ray
+
+    from rllib_llm.outputs.metric_names import RESPONSE_LENGTH, TIME_LEARN_S, TIME_SAMPLE_S
+
+    ray.init(address=ray_address, log_to_driver=False)
+    config = shape_config(sizes, path, overrides)
+    algo = config.build_algo()
+    try:
+        rows = []
+        for update in range(sizes.updates):
+            if update == sizes.warmup:
+                algo.learner_group.foreach_learner(reset_peak_memory)
+                on_runners(algo, reset_peak_memory, local=False)
+            start = time.perf_counter()
+            result = algo.train()
+            update_s = time.perf_counter() - start
+            phases = phase_times(result, config.weight_sync_backend, update_s)
+            rows.append({"update_s": update_s, "sample_s": metric(result, TIME_SAMPLE_S),
+                         "learn_s": metric(result, TIME_LEARN_S),
+                         "response_tokens": metric(result, RESPONSE_LENGTH), "phases": phases})
+        synced = weights_synced(algo)
+        learner = algo.learner_group.foreach_learner(peak_memory).result_or_errors[0].get()
+        memory = {"learner (driver)": learner,
+                  **dict(on_runners(algo, runner_peak_memory, local=False))}
+        processes = process_reports(algo)
+        # The memory settings, and whatever --ours-set changed (the table's settings line).
+        settings = {name: getattr(config, name) for name in dict.fromkeys(
+            (*MEMORY_SETTINGS, *overrides)) if hasattr(config, name)}
+        # After the peaks are read: model.generate's memory is not ours.
+        engine, = on_runners(algo, lambda runner: engine_vs_generate(
+            runner, sizes.prompts, sizes.group, sizes.tokens), local=False) \
+            if engine_check else (None,)
+    finally:
+        algo.stop()
+    return {"measured": rows[sizes.warmup:], "memory": memory, "processes": processes,
+            "problems": device_problems(config, processes), "settings": settings,
+            "sized": {k: v for p in processes for k, v in p.get("sized", {}).items()},
+            "engine_vs_generate": engine, "weights_synced": synced}
+
+
+# --- (b) TRL's side, in a process of its own ------------------------------------------------------
+def run_trl(sizes: Sizes, path: str) -> dict:
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from rllib_llm.models import DTYPES
+
+    torch.set_num_threads(1)  # as our processes (num_torch_threads)
+    on_gpu = bool(sizes.gpu) and torch.cuda.is_available()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[sizes.dtype])
+    prompts = json.loads((Path(path) / PROMPTS_FILE).read_text())
+
+    def reward(prompts, completions, **kwargs):  # a random model: all 0, as on our side
+        return [0.0] * len(prompts)
+
+    class Timer(TrainerCallback):
+        """Wall time of each optimizer step; peak memory counted from the end of the warm-up."""
+
+        def __init__(self):
+            self.steps: list[float] = []
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            if state.global_step == sizes.warmup:
+                reset_peak_memory()
+            self.start = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.steps.append(time.perf_counter() - self.start)
+
+    # trl_comparison.py's GRPO settings; TRL's defaults for the rest (gradient checkpointing on).
+    config = GRPOConfig(
+        output_dir=tempfile.mkdtemp(), per_device_train_batch_size=sizes.prompts * sizes.group,
+        gradient_accumulation_steps=1, num_generations=sizes.group,
+        max_completion_length=sizes.tokens, learning_rate=LR, lr_scheduler_type="constant",
+        warmup_steps=0, max_steps=sizes.updates, beta=0.0, epsilon=0.2, num_iterations=1,
+        loss_type="grpo", scale_rewards="group", temperature=1.0, top_p=1.0, max_grad_norm=1.0,
+        weight_decay=0.0, use_cpu=not on_gpu, bf16=sizes.dtype == "bfloat16", report_to=[],
+        logging_steps=1, save_strategy="no", seed=0, disable_dropout=True)
+    timer = Timer()
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config,
+                          train_dataset=Dataset.from_dict({"prompt": prompts}),
+                          processing_class=tokenizer, callbacks=[timer])
+    generate_s = []
+    generate = trainer._generate_and_score_completions  # timed: the step's sampling phase
+
+    def timed_generate(*args, **kwargs):
+        start = time.perf_counter()
+        out = generate(*args, **kwargs)
+        generate_s.append(time.perf_counter() - start)
+        return out
+
+    trainer._generate_and_score_completions = timed_generate
+    trainer.train()
+    lengths = [h["completions/min_length"] for h in trainer.state.log_history
+               if "completions/min_length" in h]
+    rows = [{"update_s": s, "sample_s": g, "learn_s": s - g, "response_tokens": n}
+            for s, g, n in zip(timer.steps, generate_s, lengths)]
+    device = str(next(model.parameters()).device)
+    return {"measured": rows[sizes.warmup:], "memory": {"GRPOTrainer": peak_memory()},
+            "settings": {"gradient_checkpointing": config.gradient_checkpointing,
+                         "bf16": config.bf16, "model_dtype": sizes.dtype,
+                         "per_device_train_batch_size": config.per_device_train_batch_size,
+                         "steps_per_generation": config.steps_per_generation},
+            "device": device, "problems": [f"the trainer computes on {device}"]
+            if on_gpu and not device.startswith("cuda") else []}
+
+
+# --- (b) the driver: both sides, then the comparison ---------------------------------------------
+def run_child(side: str, sizes: Sizes, path: str, timeout_s: float, *extra: str) -> dict:
+    """Run one side in a fresh interpreter; its last stdout line is its result as JSON, else
+    {"error": ...} with the last lines of its stderr (all of it is echoed to ours)."""
+    cmd = [sys.executable, __file__, "--child", side, "--path", path,
+           "--sizes", json.dumps(asdict(sizes)), *extra]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout_s:.0f} s"}
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        sys.stderr.write(proc.stderr[-8000:])
+        tail = [line for line in proc.stderr.strip().splitlines() if line.strip()][-3:]
+        return {"error": f"exit {proc.returncode}: {' / '.join(tail)}"}
+    return json.loads(lines[-1])
+
+
+def summarise(side: dict, sizes: Sizes, model: dict, peak_flops: float | None) -> None:
+    """Medians of the measured updates, tokens/s and MFU, added to `side`."""
+    rows = side["measured"]
+    med = {k: statistics.median(r[k] for r in rows) for k in ("update_s", "sample_s", "learn_s")}
+    responses = sizes.prompts * sizes.group
+    trained = responses * (model["mean_prompt_tokens"] + sizes.tokens)  # forward + backward
+    if all("phases" in r for r in rows):  # (ours)
+        side["phases"] = {k: statistics.median(r["phases"][k] for r in rows)
+                          for k in rows[0]["phases"]}
+    side.update(med, tokens_per_s=responses * sizes.tokens / med["update_s"],
+                generate_tokens_per_s=responses * sizes.tokens / med["sample_s"],
+                full_length=all(r["response_tokens"] == sizes.tokens for r in rows),
+                mfu=(6 * model["parameters"] * trained / med["learn_s"] / peak_flops
+                     if peak_flops else None))
+
+
+def gpu_peak_flops(sizes: Sizes) -> tuple[str, float | None]:
+    import torch
+
+    if not sizes.gpu or not torch.cuda.is_available():
+        return "CPU", None
+    name = torch.cuda.get_device_name(0)
+    return name, next((flops for key, flops in PEAK_BF16_FLOPS if key in name), None)
+
+
+def run_shape(sizes: Sizes, skip_trl: bool, out: dict, save, overrides: dict) -> None:
+    """Both sides of the 403M shape, one after the other, into `out` (`save()` after each)."""
+    import importlib.util
+
+    import ray
+
+    gpu_name, peak = gpu_peak_flops(sizes)
+    out.update(gpu=gpu_name, peak_bf16_flops=peak, sizes=asdict(sizes), comparison={})
+    with tempfile.TemporaryDirectory() as tmp:
+        out["model"] = write_model(sizes, Path(tmp))
+        free_cuda_cache()
+        address = ray.get_runtime_context().gcs_address
+        out["ours"] = run_child("ours", sizes, tmp, CHILD_TIMEOUT_S, "--ray-address", address,
+                                "--overrides", json.dumps(overrides))
+        save()
+        if sizes.gpu and overrides.get("weight_sync_backend") != "cuda_ipc":
+            # The CUDA IPC weight sync (not yet the default: first measured here), timed and
+            # checked in a short run of the same shape.
+            out["ours_cuda_ipc"] = run_child(
+                "ours", replace(sizes, updates=sizes.warmup + 2), tmp, CHILD_TIMEOUT_S,
+                "--ray-address", address, "--no-engine-check", "--overrides",
+                json.dumps({**overrides, "weight_sync_backend": "cuda_ipc"}))
+            save()
+        if skip_trl:
+            out["trl"] = {"skipped": "--skip-trl"}
+        elif importlib.util.find_spec("trl") is None:
+            out["trl"] = {"skipped": "TRL not installed (pip install -e '.[bench]')"}
+        else:
+            out["trl"] = run_child("trl", sizes, tmp, CHILD_TIMEOUT_S)
+    for side in ("ours", "trl", "ours_cuda_ipc"):
+        if "measured" in out.get(side, {}):
+            summarise(out[side], sizes, out["model"], peak)
+    out["comparison"] = compare(out["ours"], out["trl"], on_gpu=gpu_name != "CPU")
+
+
+def free_cuda_cache() -> None:
+    """Hand this process's cached CUDA blocks back, so the next processes get the GPU's memory."""
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def peak_gib(side: dict, kind: str) -> float | None:
+    """A side's processes' peak memory of `kind` (reserved_gib, ...), summed; None if absent."""
+    values = [m.get(kind) for m in side.get("memory", {}).values()]
+    return sum(values) if values and None not in values else None
+
+
+def compare(ours: dict, trl: dict, *, on_gpu: bool) -> dict:
+    if "update_s" not in ours:
+        return {}
+    kind = "reserved_gib" if on_gpu else "rss_gib"
+    out = {"memory_kind": kind, "ours_peak_gib": peak_gib(ours, kind)}
+    if "update_s" in trl:
+        out["time_ratio"] = ours["update_s"] / trl["update_s"]
+        if out["ours_peak_gib"] and peak_gib(trl, kind):
+            out["memory_ratio"] = out["ours_peak_gib"] / peak_gib(trl, kind)
+    if "engine_vs_generate" in ours:
+        out["engine_speedup"] = ours["engine_vs_generate"]["speedup"]
+    if on_gpu:  # the goal is set for a GPU
+        if "time_ratio" in out:
+            out["goal_time"] = out["time_ratio"] <= GOAL_TIME_RATIO
+        if out["ours_peak_gib"] is not None:
+            out["goal_memory"] = out["ours_peak_gib"] <= GOAL_PEAK_GIB
+        if "engine_speedup" in out:
+            out["goal_engine"] = out["engine_speedup"] >= GOAL_ENGINE_SPEEDUP
+    return out
+
+
+# --- printing -------------------------------------------------------------------------------------
+def print_placements(rows: list[dict], sizes: Sizes) -> None:
+    print(f"\n## (a) Placements: the embedded task, TOPR, {sizes.iterations} iterations; "
+          f"held-out greedy pass@1 on {sizes.eval_problems} problems\n")
+    print("| placement | process | pid | GPU given | parameters on | engine on |")
+    print("|---|---|---|---|---|---|")
+    for row in rows:
+        for p in row.get("processes", []):
+            given = {True: "yes", False: "no", None: "- (does not sample)"}[p["gpu_given"]]
+            print(f"| {row['placement']} | {p['role']} | {p['pid']} | {given} | {p['device']} "
+                  f"| {p.get('engine', '-')} |")
+    print("\n| placement | learner GPUs | runner GPUs | held-out before -> after | s / iteration |")
+    print("|---|---|---|---|---|")
+    for row in rows:
+        if "error" in row:
+            print(f"| {row['placement']} | failed: {row['error']} ||||")
+            continue
+        print(f"| {row['placement']} | {row['num_learners'] or 'local'} x "
+              f"{row['learner_gpus']:g} | {row['num_env_runners']} x {row['runner_gpus']:g} "
+              f"| {row['before']:.3f} -> {row['after']:.3f} ({row['after'] - row['before']:+.3f})"
+              f" | {row['s_per_iteration']:.3f} |")
+
+
+def fmt(value, spec: str = ".2f", none: str = "-") -> str:
+    return none if value is None else format(value, spec)
+
+
+def print_shape(out: dict) -> None:
+    s, model = out["sizes"], out["model"]
+    print(f"\n## (b) The 403M shape against TRL ({model['parameters'] / 1e6:.1f}M parameters "
+          f"here): Llama hidden "
+          f"{s['hidden']} x {s['layers']} layers, MLP {s['intermediate']}, {s['heads']} heads, "
+          f"vocab {model['vocab']} (EOS id {model['eos_token_id']}, never sampled); "
+          f"{s['prompts']} prompts x {s['group']} x {s['tokens']} tokens, {s['dtype']}, lr {LR} "
+          f"constant, {s['updates']} updates (median of the last {s['updates'] - s['warmup']})")
+    peak = out["peak_bf16_flops"]
+    print(f"GPU: {out['gpu']}; peak dense bf16 for MFU: "
+          f"{f'{peak / 1e12:.0f} TFLOP/s' if peak else 'n/a'}")
+    for side, label in (("ours", "rllib_llm"), ("trl", "TRL")):
+        if "settings" in out.get(side, {}):
+            print(f"{label} settings: " + ", ".join(f"{k}={v!r}"
+                                                    for k, v in out[side]["settings"].items()))
+    on_gpu = out["gpu"] != "CPU"
+    devices = [f"{p['role']} on {p['device']}" for p in out.get("ours", {}).get("processes", [])]
+    if "device" in out.get("trl", {}):
+        devices.append(f"TRL's trainer on {out['trl']['device']}")
+    print("parameters, as each process reports them: " + (", ".join(devices) or "-"))
+    mem = "peak allocated / reserved GiB" if on_gpu else "peak RSS GiB"
+    print(f"\n| side | s / update | sample / learn s | tokens/s (update) | generate tokens/s "
+          f"| MFU | full-length responses | process | {mem} |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for side, label in (("ours", "rllib_llm"), ("trl", "TRL GRPOTrainer")):
+        r = out.get(side, {"error": "not run"})
+        if "update_s" not in r:
+            print(f"| {label} | {r.get('error') or r.get('skipped')} ||||||||")
+            continue
+        head = (f"| {label} | {r['update_s']:.3f} | {r['sample_s']:.3f} / {r['learn_s']:.3f} "
+                f"| {r['tokens_per_s']:,.0f} | {r['generate_tokens_per_s']:,.0f} "
+                f"| {fmt(r['mfu'], '.1%', 'n/a')} | {'yes' if r['full_length'] else 'NO'} ")
+        for name, m in r["memory"].items():
+            used = (f"{fmt(m.get('allocated_gib'))} / {fmt(m.get('reserved_gib'))}" if on_gpu
+                    else fmt(m["rss_gib"]))
+            print(f"{head}| {name} | {used} |")
+            head = "| | | | | | | "
+    print_phases(out.get("ours", {}))
+    print_cuda_ipc(out.get("ours", {}), out.get("ours_cuda_ipc"))
+    c = out["comparison"]
+    if "time_ratio" in c:
+        print(f"\nours / TRL: time {c['time_ratio']:.2f}x, memory ({c['memory_kind']}, all "
+              f"processes) {fmt(c.get('memory_ratio'))}x")
+    print(goal_line(c, on_gpu))
+
+
+def print_cuda_ipc(ours: dict, ipc: dict | None) -> None:
+    """The short run with weight_sync_backend='cuda_ipc' against the shipped sync."""
+    if ipc is None:
+        return
+    if "phases" not in ipc:
+        print(f"\nweight sync through cuda_ipc: {ipc.get('error') or 'no measured update'}")
+        return
+    print("\n| weight sync | s in all | of it the runner's load | s / update | runners hold "
+          "the learner's weights |")
+    print("|---|---|---|---|---|")
+    for label, side in ((ours.get("weights_synced", {}).get("backend", "shipped"), ours),
+                        ("cuda_ipc", ipc)):
+        if "phases" in side:
+            p = side["phases"]
+            load = p["weight load (runner)"]
+            print(f"| {label} | {p['weight sync (driver)'] + load:.3f} | {load:.3f} | "
+                  f"{side['update_s']:.3f} | "
+                  f"{'yes' if side.get('weights_synced', {}).get('ok') else 'NO'} |")
+
+
+def print_phases(ours: dict) -> None:
+    """Our side: the budgets its processes sized, where an update's time went, and the engine
+    alone against model.generate."""
+    if "sized" in ours:
+        print("\nrllib_llm, as its processes settled the 'auto' settings on their device: "
+              + (", ".join(f"{k}={v!r}" for k, v in ours["sized"].items()) or "-"))
+    if "phases" in ours:
+        print("\n| phase of an update (rllib_llm) | median s | share of s / update |")
+        print("|---|---|---|")
+        for name, seconds in ours["phases"].items():
+            print(f"| {name} | {seconds:.3f} | {seconds / ours['update_s']:.0%} |")
+        print(f"| **s / update** | {ours['update_s']:.3f} | 100% |")
+    synced = ours.get("weights_synced")
+    if synced:
+        print(f"\nafter the last weight sync ({synced['backend']}) the runners' engines hold the "
+              f"learner's weights: {'yes' if synced['ok'] else 'NO: ' + str(synced['runners'])}")
+    e = ours.get("engine_vs_generate")
+    if e:
+        print(f"\nengine alone: {e['engine_tokens_per_s']:,.0f} tokens/s ({e['engine_s']:.2f} s) "
+              f"against model.generate's {e['generate_tokens_per_s']:,.0f} ({e['generate_s']:.2f} "
+              f"s): {e['speedup']:.2f}x")
+    if e.get("graph_failure"):
+        print(f"the engine's CUDA-graph capture FAILED and it decoded eagerly: "
+              f"{e['graph_failure']}")
+    if "eager_s" in e:
+        print(f"the engine's CUDA-graph decode against its eager step (same seed): "
+              f"{e['engine_tokens_per_s']:,.0f} against {e['eager_tokens_per_s']:,.0f} tokens/s "
+              f"({e['engine_tokens_per_s'] / e['eager_tokens_per_s']:.2f}x); identical rows "
+              f"{e['identical_rows']:.0%}, largest |logp difference| before a row differs "
+              f"{e['max_logp_difference']:.2e}")
+
+
+def goal_line(c: dict, on_gpu: bool) -> str:
+    """The issue's goal, each part with its verdict (met / NOT MET / n/a where not measured)."""
+    if not on_gpu:
+        return ("goal (time against TRL, GPU memory, engine against model.generate): n/a on the "
+                "CPU")
+    return (f"goal: s/update {fmt(c.get('time_ratio'))}x TRL's <= {GOAL_TIME_RATIO}x: "
+            f"{verdict(c.get('goal_time'))}; learner + runner peak reserved "
+            f"{fmt(c.get('ours_peak_gib'))} GiB <= {GOAL_PEAK_GIB:.0f} GiB: "
+            f"{verdict(c.get('goal_memory'))}; engine alone {fmt(c.get('engine_speedup'))}x "
+            f"model.generate >= {GOAL_ENGINE_SPEEDUP:.0f}x: {verdict(c.get('goal_engine'))}")
+
+
+def verdict(ok: bool | None) -> str:
+    return {True: "met", False: "NOT MET", None: "n/a"}[ok]
+
+
+# --- main -----------------------------------------------------------------------------------------
+def failures_of(report: dict, sizes: Sizes) -> list[str]:
+    """What makes the check fail (see the module docstring)."""
+    failures = []
+    for row in report.get("placements", []):
+        name = row["placement"]
+        if "error" in row:
+            failures.append(f"placement {name!r} raised: {row['error']}")
+            continue
+        failures += [f"placement {name!r}: {p}" for p in row["problems"]]
+        if sizes.gpu and row["after"] - row["before"] < MIN_GAIN:
+            failures.append(f"placement {name!r} did not learn: held-out {row['before']:.3f} -> "
+                            f"{row['after']:.3f} (needs +{MIN_GAIN})")
+    shape = report.get("shape", {})
+    if "error" in shape:
+        failures.append(f"403M shape raised: {shape['error']}")
+    for side in ("ours", "trl"):
+        r = shape.get(side, {})
+        if "error" in r:
+            failures.append(f"403M shape, {side}: {r['error']}")
+        if r.get("full_length") is False:
+            failures.append(f"403M shape, {side}: responses ended before {sizes.tokens} tokens")
+        failures += [f"403M shape, {side}: {p}" for p in r.get("problems", [])]
+    if "error" in shape.get("ours_cuda_ipc", {}):
+        failures.append(f"403M shape, ours with cuda_ipc: {shape['ours_cuda_ipc']['error']}")
+    for side in ("ours", "ours_cuda_ipc"):
+        synced = shape.get(side, {}).get("weights_synced")
+        if synced and not synced["ok"]:
+            failures.append(f"403M shape, {side}: after the last {synced['backend']} sync the "
+                            f"runners' weights are not the learner's: {synced['runners']}")
+    return failures
+
+
+def ours_settings(pairs: list[str]) -> dict:
+    """--ours-set NAME=JSON pairs as a dict (a value that is not JSON is taken as a string)."""
+    settings = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep:
+            sys.exit(f"gpu_check: --ours-set takes NAME=VALUE, got {pair!r}")
+        try:
+            settings[name] = json.loads(value)
+        except json.JSONDecodeError:
+            settings[name] = value
+    return settings
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--small", action="store_true",
+                        help="everything on the CPU with tiny sizes (CI), in seconds")
+    parser.add_argument("--json", help="write the report here as JSON (after each part)")
+    parser.add_argument("--parts", nargs="+", default=["placements", "shape"],
+                        choices=("placements", "shape"))
+    parser.add_argument("--iterations", type=int, help="training iterations per placement")
+    parser.add_argument("--updates", type=int, help="updates per side of the 403M shape")
+    parser.add_argument("--skip-trl", action="store_true")
+    parser.add_argument("--ours-set", action="append", default=[], metavar="NAME=JSON",
+                        help="a training setting for our side of the 403M shape (repeatable), "
+                             "e.g. max_tokens_per_micro_batch=65536")
+    parser.add_argument("--overrides", default="{}", help=argparse.SUPPRESS)
+    parser.add_argument("--no-engine-check", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=("ours", "trl"), help=argparse.SUPPRESS)
+    parser.add_argument("--path", help=argparse.SUPPRESS)
+    parser.add_argument("--sizes", help=argparse.SUPPRESS)
+    parser.add_argument("--ray-address", help=argparse.SUPPRESS)
+    return parser.parse_args()
+
+
+def main() -> None:
+    start = time.perf_counter()
+    args = parse_args()
+    if args.child:
+        sizes = Sizes(**json.loads(args.sizes))
+        result = (run_ours(sizes, args.path, args.ray_address, json.loads(args.overrides),
+                           engine_check=not args.no_engine_check)
+                  if args.child == "ours"
+                  else run_trl(sizes, args.path))
+        print(json.dumps(result, default=str))
+        return
+    sizes = SMALL if args.small else FULL
+    sizes = replace(sizes, **{k: v for k, v in (("iterations", args.iterations),
+                                                  ("updates", args.updates)) if v is not None})
+    import ray
+    import torch
+
+    report = {"mode": "small" if args.small else "full", "python": platform.python_version(),
+              "torch": torch.__version__, "ray": ray.__version__,
+              "cuda_available": torch.cuda.is_available()}
+    print(f"gpu_check ({report['mode']}): torch {torch.__version__}, ray {ray.__version__}, "
+          f"cuda {report['cuda_available']}", flush=True)
+    if not args.small and not torch.cuda.is_available():
+        sys.exit("gpu_check: no CUDA device visible; on a machine without a GPU run --small")
+    # Ray is told the GPUs (none with --small): an actor asking for one Ray cannot see would wait
+    # for it forever.
+    ray.init(num_cpus=max(2, os.cpu_count() or 1), num_gpus=0 if args.small else
+             torch.cuda.device_count(), include_dashboard=False, log_to_driver=False)
+
+    def save() -> None:
+        report["failures"] = failures_of(report, sizes)
+        report["seconds"] = time.perf_counter() - start
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=1, default=str))
+
+    def placements() -> None:
+        report["placements"] = []
+        for name in PLACEMENTS:
+            print(f"# placement: {name}", file=sys.stderr, flush=True)
+            try:
+                report["placements"].append(run_placement(name, sizes))
+            except Exception as e:  # reported; the other parts still run
+                report["placements"].append({"placement": name, "error": repr(e)[:500]})
+            free_cuda_cache()
+            save()
+        print_placements(report["placements"], sizes)
+
+    def shape() -> None:
+        print("# the 403M shape", file=sys.stderr, flush=True)
+        report["shape"] = {}
+        try:
+            run_shape(sizes, args.skip_trl, report["shape"], save, ours_settings(args.ours_set))
+        except Exception as e:  # reported; the tables still print
+            report["shape"]["error"] = repr(e)[:500]
+        save()
+        if "model" in report["shape"]:
+            print_shape(report["shape"])
+        else:
+            print(f"\n## (b) The 403M shape: failed: {report['shape'].get('error')}")
+
+    # In the order asked: on a short GPU loan, the part that matters most first.
+    for part in dict.fromkeys(args.parts):
+        {"placements": placements, "shape": shape}[part]()
+    ray.shutdown()
+    save()
+    print(f"\n{report['seconds']:.0f} s in all")
+    if report["failures"]:
+        print("\n!!! GPU CHECK FAILED !!!")
+        for failure in report["failures"]:
+            print(f"!!! {failure}")
+        sys.exit(1)
+    print("GPU check passed" + (" (--small: on the CPU)" if args.small else ""))
+
+
+if __name__ == "__main__":
+    main()
