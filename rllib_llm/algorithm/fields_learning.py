@@ -180,9 +180,9 @@ LEARNING_FIELDS: tuple[Field, ...] = (
           "(its own Adam, clipped by its own norm) and a distillation teacher are sharded the "
           "same way; LoRA trains the adapters on the sharded base (env runners get the merged "
           "weights); gradient checkpointing, use_remove_padding and use_fused_kernels work as "
-          "under 'torch', with the same update (tested); grad_clip_by must be 'global_norm' "
-          "(the whole model's norm over the shards) and autocast_dtype None (model_dtype "
-          "'bfloat16' is FSDP2's own mixed precision).",
+          "under 'torch', with the same update (tested); every grad_clip_by clips as on one "
+          "learner ('global_norm': the whole model's norm over the shards); autocast_dtype "
+          "must be None (model_dtype 'bfloat16' is FSDP2's own mixed precision).",
           one_of(("torch", "deepspeed", "fsdp2")), "learners"),
     Field("zero_stage", 2,
           "DeepSpeed's ZeRO stage with learner_strategy='deepspeed': 2 partitions Adam's state "

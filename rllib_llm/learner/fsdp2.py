@@ -115,15 +115,40 @@ def grad_norm(grads: list[torch.Tensor], device: torch.device | None = None) -> 
     return squares.cpu().sqrt()
 
 
-def clip_(grads: list[torch.Tensor], norm: torch.Tensor, max_norm: float | None) -> None:
-    """Scale the gradients (each rank its shards) so their global `norm` is at most `max_norm`,
-    by RLlib's global-norm rule (`clip_gradients`: coefficient max_norm / max(norm + 1e-6,
-    max_norm)); None = no clipping."""
+def tensor_norms(grads: list[torch.Tensor], device: torch.device | None = None) -> torch.Tensor:
+    """Each gradient's own L2 norm (n,) float64 over the shards (collective, as `grad_norm`):
+    every rank's sums of squares of its shards, all-reduced in one vector."""
+    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    squares = torch.tensor([float(local_part(g).detach().double().pow(2).sum())
+                            if _is_sharded(g) or rank == 0 else 0.0 for g in grads],
+                           dtype=torch.float64)
+    if world > 1:
+        squares = squares.to(device if device is not None and dist.get_backend() == "nccl"
+                             else "cpu")
+        dist.all_reduce(squares, op=dist.ReduceOp.SUM)
+    return squares.cpu().sqrt()
+
+
+def clip_(grads: list[torch.Tensor], norm: torch.Tensor, max_norm: float | None, *,
+          by: str = "global_norm", device: torch.device | None = None) -> None:
+    """Clip the gradients (each rank its shards) by RLlib's rule `by` (`clip_gradients`), as it
+    would clip the whole tensors: 'global_norm' scales them all so their global `norm` is at most
+    `max_norm` (coefficient max_norm / max(norm + 1e-6, max_norm)); 'norm' scales each whose own
+    norm (`tensor_norms`, collective) is over `max_norm` to it; 'value' clamps each element to
+    [-max_norm, max_norm]. None = no clipping."""
     if max_norm is None:
         return
-    coefficient = min(max_norm / max(float(norm) + 1e-6, max_norm), 1.0)
-    for g in grads:
-        local_part(g).detach().mul_(coefficient)
+    if by == "value":
+        for g in grads:
+            local_part(g).detach().clamp_(-max_norm, max_norm)
+    elif by == "norm":
+        for g, own in zip(grads, tensor_norms(grads, device).tolist()):
+            if own > max_norm:
+                local_part(g).detach().mul_(max_norm / own)
+    else:
+        coefficient = min(max_norm / max(float(norm) + 1e-6, max_norm), 1.0)
+        for g in grads:
+            local_part(g).detach().mul_(coefficient)
 
 
 class ShardedWeights:

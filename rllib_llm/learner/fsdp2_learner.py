@@ -16,7 +16,8 @@ forward passes (equal shares of whole prompt groups, `micro_batches.split`'s `mi
 all-gathers of each layer's forward need, and FSDP2 averages the gradients as DDP does, so the
 update is the one-learner update (tested). The gradient norm is the whole model's, summed from
 every rank's shards (`fsdp2.grad_norm`), and clipping scales each rank's shards by it (the
-actor's and a critic's each by its own, as the torch learner clips per optimizer).
+actor's and a critic's each by its own, as the torch learner clips per optimizer); grad_clip_by
+'norm' by each tensor's own norm over the shards, 'value' element by element.
 
 State is gathered by every rank together (`RLVRLearnerGroup.get_state` asks them all; the first
 rank returns it): weight syncs gather `weight_sync_bucket_bytes` at a time
@@ -107,8 +108,9 @@ class FSDP2RLVRLearner(RLVRLearner):
             self._skip_nonfinite_step(float(total), float(actor_norm + critic_norm))
         else:
             self._nonfinite_in_a_row = 0
-            fsdp2.clip_(actor, actor_norm, self.config.grad_clip)
-            fsdp2.clip_(critic, critic_norm, self.config.grad_clip)
+            clip = dict(by=self.config.grad_clip_by, device=device)
+            fsdp2.clip_(actor, actor_norm, self.config.grad_clip, **clip)
+            fsdp2.clip_(critic, critic_norm, self.config.grad_clip, **clip)
             for optim in self._optimizer_parameters:
                 optim.step()
         if not pretraining:

@@ -48,7 +48,6 @@ def test_the_config_refuses_what_the_fsdp2_learner_does_not_do():
 
     refused = {
         "needs num_learners >= 1": fsdp2_config(0),
-        "clips by the whole model's norm over the shards only": fsdp2_config(grad_clip_by="value"),
         "does not autocast": fsdp2_config(autocast_dtype="bfloat16"),
     }
     for message, cfg in refused.items():
@@ -58,6 +57,7 @@ def test_the_config_refuses_what_the_fsdp2_learner_does_not_do():
         fsdp2_config(offload_optimizer=True).validate()
     # What it combines with (the equivalence tests below train each against a torch learner).
     for settings in (SCORING, LORA_CRITIC, {"adv_estimator": "gae", "critic_shares_trunk": True},
+                     {"grad_clip_by": "value"},
                      {"model_dtype": "bfloat16", "gradient_checkpointing": True}):
         fsdp2_config(**settings).validate()
 
@@ -94,6 +94,32 @@ def test_bfloat16_computes_over_float32_shards_and_reduces_in_float32(tmp_path):
         assert float(fsdp2.grad_norm(grads)) > 0
     finally:
         dist.destroy_process_group()
+
+
+def test_each_clipping_rule_clips_the_shards_as_rllib_clips_the_whole_gradients(tmp_path):
+    """grad_clip_by 'value', 'norm' and 'global_norm' on two ranks' shards give what RLlib's
+    clip_gradients gives on the whole tensors (grad_clip 1.0)."""
+    import multiprocessing as mp
+
+    from ray.rllib.utils.torch_utils import clip_gradients
+    from sharded_clip import CLIP_GRADS, clip_on_rank  # (tests/learner: on sys.path)
+
+    out = tmp_path / "clipped.pt"
+    ctx = mp.get_context("spawn")
+    ranks = [ctx.Process(target=clip_on_rank, args=(r, str(tmp_path / "store"), str(out)))
+             for r in range(2)]
+    for process in ranks:
+        process.start()
+    for process in ranks:
+        process.join(timeout=120)
+    assert [process.exitcode for process in ranks] == [0, 0]
+    clipped = torch.load(out)
+    for by in ("value", "norm", "global_norm"):
+        expected = {i: g.clone() for i, g in enumerate(CLIP_GRADS)}
+        clip_gradients(expected, grad_clip=1.0, grad_clip_by=by)
+        for i, g in expected.items():
+            torch.testing.assert_close(clipped[by][i], g, rtol=1e-6, atol=1e-7, msg=f"{by} {i}")
+    assert not torch.equal(clipped["norm"][0], CLIP_GRADS[0])  # each rule clipped something
 
 
 def adam_state(algo) -> dict:
