@@ -271,6 +271,20 @@ class MathVerifyEnv(gymnasium.Env):
         return self._verifier
 
     # --- state and metrics ----------------------------------------------------------------------
+    @property
+    def prompt_ids(self) -> tuple[int, ...]:
+        """The current episode's prompt token ids, as the env keeps them (() before a reset)."""
+        return self._prompt_ids
+
+    @property
+    def response_ids(self) -> np.ndarray:
+        """The agent's tokens so far this episode: a read-only (T,) int64 view of the one
+        buffer of `response_length` tokens the env reuses for every episode (valid until the
+        next reset or step)."""
+        view = self._actions[: self._num_actions]
+        view.flags.writeable = False
+        return view
+
     def state_token_ids(self) -> list[int]:
         """The current state: prompt ids, then the agent's tokens (this env appends none)."""
         return [*self._prompt_ids, *self._actions[: self._num_actions].tolist()]

@@ -288,10 +288,10 @@ def _discard(path: str) -> None:
     except OSError:
         trash = path
     # Not a daemon: the interpreter waits for it at exit, so nothing is left behind.
-    threading.Thread(target=_remove_tree, args=(trash,), name="sandbox-cleanup").start()
+    threading.Thread(target=remove_tree, args=(trash,), name="sandbox-cleanup").start()
 
 
-def _remove_tree(path: str) -> None:
+def remove_tree(path: str) -> None:
     """Remove a run's directory, also after the code made parts of it unreadable."""
     shutil.rmtree(path, ignore_errors=True)
     if os.path.lexists(path):

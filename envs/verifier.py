@@ -193,6 +193,13 @@ class MathVerifier:
             return self._counters.as_dict()
 
     @property
+    def worker_restarts(self) -> int:
+        """Workers replaced since construction after the hard `timeout_s` or a crash (0 before
+        the workers start). A timeout math-verify ends itself (a quarter of the limit) replaces
+        none."""
+        return 0 if self._pool is None else self._pool.restarts
+
+    @property
     def closed(self) -> bool:
         """Whether `close()` ran: the workers are stopped and scoring is refused."""
         return self._closed

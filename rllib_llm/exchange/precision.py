@@ -63,6 +63,12 @@ def warn_if_emulated(dtype: str | None, device: torch.device, *, setting: str) -
     _warn_once(setting, dtype)
 
 
+def forget_emulation_warnings() -> None:
+    """Forget which settings `warn_if_emulated` has warned about in this process: each warns
+    (and measures) again the next time (a test of the warning starts from here)."""
+    _warn_once.cache_clear()
+
+
 @functools.cache  # once per (setting, dtype) in a process: the warning, and its measurement
 def _warn_once(setting: str, dtype: str) -> None:
     slowdown = emulated_slowdown(getattr(torch, dtype))

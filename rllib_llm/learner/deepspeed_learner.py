@@ -65,7 +65,7 @@ class PartitionedWeights:
 
         out: dict[str, torch.Tensor] = {}
         copies: dict[int, torch.Tensor] = {}
-        for bucket in self._buckets(include):
+        for bucket in self.buckets(include):
             params = [p for _, p in bucket if hasattr(p, "ds_id")]
             with deepspeed.zero.GatheredParameters(_unique(params), modifier_rank=None):
                 if self.first:
@@ -82,7 +82,7 @@ class PartitionedWeights:
         import deepspeed
 
         names = set(self.module.state_dict(keep_vars=True))
-        for bucket in self._buckets(lambda key: key in tensors):
+        for bucket in self.buckets(lambda key: key in tensors):
             params = [p for _, p in bucket if hasattr(p, "ds_id")]
             with deepspeed.zero.GatheredParameters(_unique(params), modifier_rank=0), \
                     torch.no_grad():
@@ -91,9 +91,10 @@ class PartitionedWeights:
                         value.data.copy_(tensors[key])
         return sorted(names - set(tensors)), sorted(set(tensors) - names)
 
-    def _buckets(self, include: Callable[[str], bool]):
-        """[(key, parameter or buffer)] runs of at most `bucket_bytes` of weights, in order (a
-        larger weight is a bucket of its own)."""
+    def buckets(self, include: Callable[[str], bool]):
+        """The gathers of `state_dict` and `load`: [(key, parameter or buffer)] runs of at most
+        `bucket_bytes` of weights (their full, unpartitioned size), in order, of the keys that
+        `include` accepts (a larger weight is a bucket of its own). Local: gathers nothing."""
         yield from weight_buckets(
             ((key, value, getattr(value, "ds_numel", value.numel()) * value.element_size())
              for key, value in self.module.state_dict(keep_vars=True).items() if include(key)),
@@ -145,6 +146,13 @@ class DeepSpeedRLVRLearner(RLVRLearner):
         if self.config.zero_stage == 3:
             module.partitioned = PartitionedWeights(
                 module, bucket_bytes=self.config.weight_sync_bucket_bytes, first=self._first)
+
+    @property
+    def deepspeed_engine(self):
+        """The DeepSpeed engine around the module: it runs the forwards and backwards and
+        steps its ZeRO optimizer (`.optimizer`), which keeps this rank's partition of the fp32
+        master weights and of Adam's state."""
+        return self._engine
 
     def _forward_train(self, micro: dict[str, torch.Tensor]) -> dict[str, Any]:
         return {DEFAULT_MODULE_ID: self._engine(micro)}  # the module's forward_train

@@ -133,7 +133,7 @@ def _hub_checkpoint(repo_id: str, kind: str, setting: str | None) -> str:
     if constants.HF_HUB_OFFLINE:
         why = "HF_HUB_OFFLINE is set"
     else:
-        unreachable = _hub_unreachable(constants.ENDPOINT)
+        unreachable = hub_unreachable(constants.ENDPOINT)
         if unreachable is None:
             return repo_id  # Hugging Face fetches it (or says what is wrong with the id)
         why = f"the hub cannot be reached ({unreachable})"
@@ -150,9 +150,10 @@ def _hub_checkpoint(repo_id: str, kind: str, setting: str | None) -> str:
 
 
 @lru_cache(maxsize=4)
-def _hub_unreachable(endpoint: str) -> str | None:
+def hub_unreachable(endpoint: str) -> str | None:
     """Why the hub at `endpoint` does not answer one HEAD request (any HTTP answer is an answer),
-    or None when it does. Once per process and endpoint."""
+    or None when it does. Once per process and endpoint: `hub_unreachable.cache_clear()` asks
+    again."""
     from huggingface_hub.utils import get_session
 
     outcome: list[str | None] = []

@@ -153,13 +153,13 @@ class TorchRolloutEngine:
             with self._autocast():
                 for batch in _batches(row_tokens, n, self.max_batch_size,
                                       self.max_tokens_per_batch):
-                    flat += self._generate_batch([list(prompt_ids[i]) for i, _ in batch],
-                                                 [count for _, count in batch], sampling,
-                                                 generator)
+                    flat += self.generate_batch([list(prompt_ids[i]) for i, _ in batch],
+                                                [count for _, count in batch], sampling,
+                                                generator)
         finally:
             self.model.train(was_training)
             # A runner sharing a GPU with a learner hands back the blocks its KV caches held
-            # before the learner runs (the caches were locals of `_generate_batch`, gone by now).
+            # before the learner runs (the caches were locals of `generate_batch`, gone by now).
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
         return [flat[i * n : (i + 1) * n] for i in range(len(prompt_ids))]
@@ -226,12 +226,17 @@ class TorchRolloutEngine:
                 own[name].copy_(value)  # casts dtype and moves device as needed
 
     @torch.inference_mode()
-    def _generate_batch(
+    def generate_batch(
         self, prompts: list[list[int]], counts: list[int], sampling: SamplingParams,
         generator: torch.Generator | None,
     ) -> list[Response]:
-        """`counts[i]` samples of `prompts[i]`, as consecutive rows: each prompt is prefilled
-        once and its KV cache copied to its samples (a group of n shares one prefill)."""
+        """One decode batch: `counts[i]` samples of `prompts[i]`, as consecutive rows, with one
+        KV cache for all of them. Each prompt is prefilled once and its KV cache copied to its
+        samples (a group of n shares one prefill). `generate` cuts its rows into such batches
+        of at most `max_batch_size` rows and `max_tokens_per_batch` tokens (a prompt's samples
+        may span batches; a row alone over the budget is a batch of its own); `generator` draws
+        the samples (None: the global RNG). The model runs in the mode and precision it is
+        in: `generate` puts it in eval mode and under the engine's autocast around its batches."""
         input_ids, prompt_mask = left_pad(prompts, self.pad_token_id, self.device)  # (P, L)
         L, T_max = input_ids.shape[1], sampling.max_tokens
         rows = torch.repeat_interleave(torch.arange(len(prompts), device=self.device),

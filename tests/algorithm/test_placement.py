@@ -125,13 +125,13 @@ def test_the_generate_budget_reaches_the_torch_engine_and_splits_its_batches(mon
     from rllib_llm.rollout.torch_engine import TorchRolloutEngine
 
     rows_per_batch = []
-    real = TorchRolloutEngine._generate_batch
+    real = TorchRolloutEngine.generate_batch
 
     def record(self, prompts, counts, sampling, generator):
         rows_per_batch.append(sum(counts))
         return real(self, prompts, counts, sampling, generator)
 
-    monkeypatch.setattr(TorchRolloutEngine, "_generate_batch", record)
+    monkeypatch.setattr(TorchRolloutEngine, "generate_batch", record)
     budget = SHAPE["response_length"]  # less than any prompt + response
     algo = embedded_config("ppo", **SHAPE, max_tokens_per_generate_batch=budget).build_algo()
     try:

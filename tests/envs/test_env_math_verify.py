@@ -273,9 +273,13 @@ def test_memory_is_linear_in_the_episode_length(tokenizer):
         result = env.step_chunk([digit] * length)
         # What the env keeps: the prompt ids and one int per agent token, nothing per step.
         assert len(env.state_token_ids()) == len(info["prompt_ids"]) + length
-        assert len(env._actions) == length and len(env._prompt_ids) == len(info["prompt_ids"])
+        assert env.prompt_ids == tuple(info["prompt_ids"])
+        assert env.response_ids.tolist() == [digit] * length
+        assert env.response_ids.base.shape == (length,)  # the buffer: response_length tokens
+        with pytest.raises(ValueError, match="read-only"):
+            env.response_ids[0] = digit
         assert all(i == {} for i in result.infos[:-1])  # no per-step copies of the prefix
-        sizes[length] = len(pickle.dumps((env._prompt_ids, env._actions, result)))
+        sizes[length] = len(pickle.dumps((env.prompt_ids, env.response_ids, result)))
     # Doubling T doubles the bytes (a padded prefix per step would quadruple them).
     assert sizes[200] / sizes[100] < 2.2 and sizes[400] / sizes[200] < 2.2
 

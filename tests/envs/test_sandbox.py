@@ -68,10 +68,13 @@ def namespaces() -> str:
 
 @pytest.fixture
 def fresh_detection(monkeypatch):
-    """Let a test replace the cached report and the warned-once flag; both come back after."""
-    monkeypatch.setattr(sandbox, "_report", sandbox._report)
-    monkeypatch.setattr(sandbox, "_placement", sandbox._placement)
+    """Let a test replace the cached report (and cgroup placement) and the warned-once flag;
+    after it, the flag comes back and the machine's own layers are probed again, unpatched
+    (`sandbox_report(refresh=True)`, 0.1 s)."""
     monkeypatch.setattr(sandbox, "_warned", False)
+    yield
+    monkeypatch.undo()
+    sandbox_report(refresh=True)
 
 
 def unavailable_report() -> SandboxReport:
@@ -699,13 +702,13 @@ def test_the_caller_does_not_wait_for_a_big_run_directory_to_go(monkeypatch):
     to take 2 s, runs beside the caller."""
     import threading
 
-    slow_remove = sandbox_run._remove_tree
+    slow_remove = sandbox_run.remove_tree
 
     def remove(path):
         time.sleep(2)
         slow_remove(path)
 
-    monkeypatch.setattr(sandbox_run, "_remove_tree", remove)
+    monkeypatch.setattr(sandbox_run, "remove_tree", remove)
     start = time.monotonic()
     result = run_python("import os\nprint(os.getcwd())", isolation="rlimits")
     assert time.monotonic() - start < 1.5 and result.duration_s < 1.5

@@ -21,13 +21,13 @@ SPACES = dict(observation_space=gym.spaces.Discrete(2), action_space=gym.spaces.
 @pytest.fixture
 def cpu_bf16(monkeypatch):
     """Sets whether the CPU counts as computing bf16 natively, and forgets earlier warnings."""
-    precision._warn_once.cache_clear()
+    precision.forget_emulation_warnings()
 
     def set_native(native: bool) -> None:
         monkeypatch.setattr(precision, "native_bf16", lambda device: native)
 
     yield set_native
-    precision._warn_once.cache_clear()
+    precision.forget_emulation_warnings()
 
 
 def test_native_means_the_instructions_and_onednn_using_them():

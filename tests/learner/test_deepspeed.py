@@ -105,7 +105,7 @@ def test_two_deepspeed_learners_take_the_update_of_one_torch_learner_and_checkpo
         if zero == "zero3":  # syncs and checkpoints gather them a bucket (128 KiB) at a time
             buckets = two.learner_group.foreach_learner(lambda learner: [
                 [v.ds_numel * v.element_size() for _, v in bucket] for bucket in
-                learner.module[DEFAULT_MODULE_ID].partitioned._buckets(lambda key: True)])
+                learner.module[DEFAULT_MODULE_ID].partitioned.buckets(lambda key: True)])
             for sizes in (r.get() for r in buckets.result_or_errors):
                 assert len(sizes) >= 8, sizes  # (a larger weight is a bucket of its own)
                 assert all(sum(b) <= 2**17 or len(b) == 1 for b in sizes), sizes
@@ -172,8 +172,8 @@ def test_bfloat16_weights_train_on_float32_master_weights(zero):
         dtypes = [r.get() for r in algo.learner_group.foreach_learner(lambda learner: (
             next(learner.module[DEFAULT_MODULE_ID].model.parameters()).dtype,
             # The first flat partition of the fp32 master weights (ZeRO-2's or ZeRO-3's).
-            (getattr(learner._engine.optimizer, "single_partition_of_fp32_groups", None)
-             or learner._engine.optimizer.fp32_partitioned_groups_flat)[0].dtype,
+            (getattr(learner.deepspeed_engine.optimizer, "single_partition_of_fp32_groups", None)
+             or learner.deepspeed_engine.optimizer.fp32_partitioned_groups_flat)[0].dtype,
         )).result_or_errors]
     finally:
         algo.stop()

@@ -240,26 +240,30 @@ def test_gradient_checkpointing_is_on_in_the_learners_model():
 
 
 @pytest.mark.usefixtures("ray_session")
-def test_no_forward_exceeds_the_token_budget_however_large_the_batch(monkeypatch):
+def test_no_forward_exceeds_the_token_budget_however_large_the_batch():
     """Training forwards and every scoring pass (old, reference) stay within the budget: at 32
-    and at 128 responses the largest forward is under 64 tokens; the larger batch takes more
-    forwards, not larger ones."""
+    and at 128 responses the learner's largest forward of the policy or the reference is under
+    64 tokens; the larger batch takes more forwards, not larger ones. (Hooked after sampling:
+    the sampler shares the policy in this one process.)"""
     sizes: list[int] = []
-    real = RLVRModule._token_logp
 
-    def record(self, model, batch, hidden=None, **kw):
-        sizes.append(batch["input_ids"].numel())
-        return real(self, model, batch, hidden, **kw)
+    def record(model, args, kwargs):
+        sizes.append(kwargs[INPUT_IDS].numel())
 
-    monkeypatch.setattr(RLVRModule, "_token_logp", record)
     counts = []
     for prompts in (8, 32):
         sizes.clear()
         algo = embedded_config("ppo", **{**SHAPE, "rollout_batch_size": prompts},
                                max_tokens_per_micro_batch=64, use_kl_loss=True,
                                recompute_old_logp=True).build_algo()
-        algo.train()
-        algo.stop()
+        try:
+            episodes = algo.env_runner_group.local_env_runner.sample()
+            module = algo.learner_group.local_learner.module["default_policy"]
+            for model in (module.model, module.reference_model):
+                model.register_forward_pre_hook(record, with_kwargs=True)
+            algo.update_learners(episodes)
+        finally:
+            algo.stop()
         assert 32 < max(sizes) <= 64
         counts.append(len(sizes))
     assert counts[1] > 3 * counts[0]

@@ -206,14 +206,14 @@ def hub(monkeypatch, tmp_path):
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
         monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{port}")
-        loading._hub_unreachable.cache_clear()
+        loading.hub_unreachable.cache_clear()
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub_cache"))
     yield point
     for server in servers:
         server.shutdown()
-    loading._hub_unreachable.cache_clear()
+    loading.hub_unreachable.cache_clear()
 
 
 # A hub id is "name" or "org/name" of letters, digits, '-', '_', '.' (Hugging Face's rule): those

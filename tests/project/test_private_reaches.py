@@ -14,7 +14,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 # The recorded bound: lower it when a reach goes, never raise it; add a public seam instead.
-MAX_PRIVATE_REACHES = 20
+# The 3 left are the learner's stages that the `watch_learner` fixture (tests/conftest.py) wraps:
+# RLlib's `Learner._update` (the batch after the learner connector) and our `_optimizer_step` and
+# `_apply_step`. RLlib gives a learner no public hook between its connector and its optimizer;
+# a hook of our own would be learner code that only tests call.
+MAX_PRIVATE_REACHES = 3
 
 
 def _private(name):
