@@ -254,10 +254,23 @@ def _load_sharded_policy(checkpoint: Path) -> RLVRModule:
     module = RLVRModule(observation_space=gym.spaces.Discrete(2),
                         action_space=gym.spaces.Discrete(2), model_config=spec.model_config,
                         inference_only=True)
-    weights = module.state_dict()
-    dcp.load({"model": weights}, checkpoint_id=str(checkpoint / POLICY_SHARDS), no_dist=True)
+    shards = str(checkpoint / POLICY_SHARDS)
+    # LoRA: the shards hold the adapters and the frozen base under peft's names; read the
+    # adapters, which set_state merges into the base (model_name_or_path's, as frozen).
+    weights = _saved_adapters(shards) if module.lora else module.state_dict()
+    dcp.load({"model": weights}, checkpoint_id=shards, no_dist=True)
     module.set_state(weights)
     return module.eval()
+
+
+def _saved_adapters(shards: str) -> dict[str, Any]:
+    """Empty tensors, keyed as the module's state, of the LoRA adapters the shards hold."""
+    import torch
+    from torch.distributed.checkpoint import FileSystemReader
+
+    saved = FileSystemReader(shards).read_metadata().state_dict_metadata
+    return {key.split(".", 1)[1]: torch.empty(meta.size, dtype=meta.properties.dtype)
+            for key, meta in saved.items() if key.startswith("model.") and ".lora_" in key}
 
 
 def export_policy(checkpoint: str | os.PathLike, out: str | os.PathLike, *,

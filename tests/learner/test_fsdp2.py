@@ -250,10 +250,14 @@ def test_two_fsdp2_learners_take_the_update_of_one_torch_learner_holding_half_of
 
 @pytest.mark.slow  # two learner processes: outside test-fast
 @pytest.mark.usefixtures("ray_session")  # tests/conftest.py
-def test_two_fsdp2_learners_train_lora_adapters_and_a_critic_as_one_torch_learner():
+def test_two_fsdp2_learners_train_lora_adapters_and_a_critic_as_one_torch_learner(tmp_path):
     """2 iterations with LORA_CRITIC (sample with the torch learner's weights, update both): the
     fsdp2 learners' adapters and critic are the torch learner's, and so are the merged weights
-    their env runners receive."""
+    their env runners receive and their sharded checkpoint exports."""
+    from transformers import AutoModelForCausalLM
+
+    from rllib_llm.outputs.checkpoints import export_policy
+
     one = build("torch", 0, **LORA_CRITIC)
     two = build("fsdp2", 2, **LORA_CRITIC, weight_sync_bucket_bytes=BUCKET)
     try:
@@ -270,9 +274,12 @@ def test_two_fsdp2_learners_train_lora_adapters_and_a_critic_as_one_torch_learne
             algo.sync_weights()
             runners.append(algo.env_runner_group.local_env_runner.module.get_state(
                 inference_only=True))
+        two.save_to_path(tmp_path / "fsdp2")
     finally:
         one.stop()
         two.stop()
+    export_policy(tmp_path / "fsdp2", tmp_path / "export")
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "export").state_dict()
     # The learners' state: the adapters (not the frozen base) and the critic, both trained.
     assert w2.keys() == w1.keys()
     for part in (".lora_", "critic."):
@@ -287,3 +294,7 @@ def test_two_fsdp2_learners_train_lora_adapters_and_a_critic_as_one_torch_learne
     merged_drift = max(float((torch.as_tensor(runners[1][k]) - torch.as_tensor(v)).abs().max())
                        for k, v in runners[0].items())
     assert merged_drift < 1e-6, merged_drift
+    # `rllib-llm export` merges the checkpoint's adapters into the base: the runners' weights.
+    assert exported.keys() == {k.split(".", 1)[1] for k in runners[1]}
+    for k, v in exported.items():
+        assert torch.equal(v, torch.as_tensor(runners[1][f"model.{k}"])), k
