@@ -174,4 +174,4 @@ class FSDP2RLVRLearner(RLVRLearner):
         state into `directory` (`shards.save`: a file per learner and the metadata), nothing
         gathered. Every kind of learner reads them back (`RLVRLearner.restore_from_path`)."""
         shards.save(self.module[DEFAULT_MODULE_ID], list(self._named_optimizers.values()),
-                    directory)
+                    directory, skip=(TEACHER,))  # loaded from teacher_model_name_or_path

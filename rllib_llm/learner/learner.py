@@ -57,6 +57,7 @@ from rllib_llm.exchange.host_memory import release_freed_memory
 from rllib_llm.exchange.threads import set_torch_threads
 from rllib_llm.learner import data_parallel, micro_batches, shards
 from rllib_llm.learner.learner_group import SHARDS_DIR
+from rllib_llm.learner.module import TEACHER
 from rllib_llm.learner.optimizer_steps import minibatch_rows, row_groups
 from rllib_llm.learner.step_context import StepContext, positive_rows, step_context, with_context
 from rllib_llm.learner.step_metrics import MicroBatchMetrics, over_micro_batches, over_steps
@@ -441,7 +442,7 @@ class RLVRLearner(TorchLearner):
         directory = Path(path) / SHARDS_DIR
         if kwargs.get("component") is None and directory.is_dir():
             optims = list(self._named_optimizers.values())
-            shards.load(self.module[DEFAULT_MODULE_ID], optims, str(directory))
+            shards.load(self.module[DEFAULT_MODULE_ID], optims, str(directory), skip=(TEACHER,))
             for optim in optims:
                 use_configured_kernel(optim, bool(self.config.fused_optimizer))
 

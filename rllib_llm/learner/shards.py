@@ -19,20 +19,27 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 
 
 def save(module: torch.nn.Module, optimizers: list[torch.optim.Optimizer],
-         directory: str) -> None:
+         directory: str, *, skip: tuple[str, ...] = ()) -> None:
     """Write `module`'s weights and `optimizers`' state into `directory` (collective across the
-    process group when there is one: every rank writes its shards)."""
+    process group when there is one: every rank writes its shards), but for the submodules
+    named in `skip` (a frozen model loaded from elsewhere: RLVRModule's teacher)."""
     weights, adam = get_state_dict(module, optimizers)
-    dcp.save({"model": weights, "optim": adam}, checkpoint_id=directory)
+    dcp.save({"model": _without(weights, skip), "optim": adam}, checkpoint_id=directory)
 
 
 def load(module: torch.nn.Module, optimizers: list[torch.optim.Optimizer],
-         directory: str) -> None:
+         directory: str, *, skip: tuple[str, ...] = ()) -> None:
     """Overwrite `module`'s weights and `optimizers`' state with those `save` wrote in
     `directory` by any number of ranks (collective when a process group is set up: every rank
-    reads its part; without one, this process reads them all)."""
+    reads its part; without one, this process reads them all); the submodules named in `skip`
+    keep theirs."""
     weights, adam = get_state_dict(module, optimizers)
-    state = {"model": weights, "optim": adam}
+    state = {"model": _without(weights, skip), "optim": adam}
     dcp.load(state, checkpoint_id=directory, no_dist=not dist.is_initialized())
-    set_state_dict(module, optimizers, model_state_dict=state["model"],
+    # The skipped weights are the module's own tensors: setting them changes nothing.
+    set_state_dict(module, optimizers, model_state_dict={**weights, **state["model"]},
                    optim_state_dict=state["optim"])
+
+
+def _without(weights: dict, skip: tuple[str, ...]) -> dict:
+    return {k: v for k, v in weights.items() if k.split(".", 1)[0] not in skip}

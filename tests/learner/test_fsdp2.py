@@ -230,6 +230,12 @@ def test_two_fsdp2_learners_take_the_update_of_one_torch_learner_holding_half_of
     assert (learner_dir / "fsdp2_shards" / ".metadata").is_file()
     assert len(list((learner_dir / "fsdp2_shards").glob("*.distcp"))) == 2
     assert not (learner_dir / "rl_module").exists()
+    # The teacher is loaded from teacher_model_name_or_path again: no shard of it is written.
+    from torch.distributed.checkpoint import FileSystemReader
+
+    saved = FileSystemReader(str(learner_dir / "fsdp2_shards")).read_metadata()
+    parts = {key.split(".")[1] for key in saved.state_dict_metadata if key.startswith("model.")}
+    assert parts == {"model", "reference_model"}, parts
     assert max(float((w6[k] - w2[k]).abs().max()) for k in w2) > 1e-4  # the 6th update moved
     for k in w2:
         assert torch.equal(restored[k], w2[k]), k
