@@ -3,9 +3,9 @@ others (`resolve_derived`): the one place to read which rules exist and in which
 
 Each rule is a function of the config that raises ValueError naming the settings, the rule and
 a fix, and returns nothing; it lives in the module of its topic, `<topic>_rules.py` (model,
-sampling, placement, batch, learner, DeepSpeed, advantage, distillation, reward model, RLlib's
-settings, evaluation; FSDP2's is still `fsdp2.py`), named so that no rule module shares its name
-with a module of the code it checks. Defaults come from
+sampling, placement, batch, learner, DeepSpeed, FSDP2, advantage, distillation, reward model,
+RLlib's settings, evaluation), named so that no rule module shares its name with a module of the
+code it checks. Defaults come from
 `fields.FIELDS` (`changed_fields`, `refuse_changed`), never from a copy here. `check_all` runs
 `CHECKS` in order after every field passed its own rule (fields.py); the builder, `config.py`,
 calls both from `validate()`.
@@ -24,7 +24,7 @@ from rllib_llm.algorithm.config_rules.batch_rules import check_batch_sizes
 from rllib_llm.algorithm.config_rules.deepspeed_rules import check_deepspeed_settings
 from rllib_llm.algorithm.config_rules.distillation_rules import check_distillation
 from rllib_llm.algorithm.config_rules.evaluation_rules import check_evaluation
-from rllib_llm.algorithm.config_rules.fsdp2 import check_fsdp2
+from rllib_llm.algorithm.config_rules.fsdp2_rules import check_fsdp2
 from rllib_llm.algorithm.config_rules.learner_rules import (
     check_autocast,
     check_learners,
