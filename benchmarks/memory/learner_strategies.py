@@ -6,7 +6,9 @@ per update, weights, Adam state and peak RSS per learner, in one run.
                                              --tokens 16 --updates 3 --only ddp fsdp2 ...]
 
 Each strategy builds the RLVR algorithm (TOPR, no KL, one torch thread per process), samples
-one batch in the driver, times `--updates` updates on it after a warm-up, then asks every
+one batch in the driver, times `--updates` updates on it after a warm-up (wall clock, and the
+CPU seconds the learners' processes used, which a machine shared with other work changes far
+less: compare strategies by the CPU column there), then asks every
 learner for the bytes of the weights and the Adam state it holds (its partitions under ZeRO)
 and its peak RSS (which counts the whole model each learner loads before DeepSpeed or FSDP2
 shards it). On a 2-core machine two learners share the two cores with the driver: the point is the
@@ -60,6 +62,12 @@ def learner_memory(learner) -> tuple[float, float, float]:
             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
+def cpu_seconds(learner) -> float:
+    """CPU seconds this learner's process has used (every thread, user and system): what an
+    update costs, counted apart from the time it waits for a core on a shared machine."""
+    return time.process_time()
+
+
 def measure(path: str, strategy: str, num_learners: int, zero: dict, args) -> dict:
     from rllib_llm import RLVRConfig
 
@@ -73,16 +81,21 @@ def measure(path: str, strategy: str, num_learners: int, zero: dict, args) -> di
             .build_algo())
     try:
         episodes = algo.env_runner_group.local_env_runner.sample()
-        seconds = []
+        seconds, cpu = [], []
         for _ in range(args.updates + 1):
+            cpu.append(sum(r.get() for r in algo.learner_group.foreach_learner(
+                cpu_seconds).result_or_errors))
             start = time.perf_counter()
             algo.update_learners(episodes)
             seconds.append(time.perf_counter() - start)
+        cpu.append(sum(r.get() for r in algo.learner_group.foreach_learner(
+            cpu_seconds).result_or_errors))
         memory = [r.get() for r in algo.learner_group.foreach_learner(
             learner_memory).result_or_errors]
     finally:
         algo.stop()
     return {"update_s": statistics.median(seconds[1:]), "tokens": sum(map(len, episodes)),
+            "cpu_s": (cpu[-1] - cpu[1]) / args.updates,  # after the warm-up
             "weights_mib": [m[0] for m in memory], "adam_mib": [m[1] for m in memory],
             "rss_mib": [m[2] for m in memory]}
 
@@ -114,13 +127,16 @@ def main() -> None:
     base = {key: rows[key][1]["update_s"] for key in ("torch", "ddp") if key in rows}
     print(f"{args.model}, {args.prompts} prompts x {args.group} responses x {args.tokens} tokens "
           f"(TOPR, no KL); {platform.machine()}, {platform.system()}\n")
-    print("| learners | s / update | vs one torch learner | vs DDP | weights MiB per learner "
-          "| Adam state MiB per learner | peak RSS MiB per learner |")
-    print("|---|---|---|---|---|---|---|")
+    print("| learners | s / update | vs one torch learner | vs DDP | learners' CPU s / update "
+          "| CPU vs DDP | weights MiB per learner | Adam state MiB per learner "
+          "| peak RSS MiB per learner |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for label, r in rows.values():
         ratios = [f"{r['update_s'] / base[key]:.2f}x" if key in base else "-"
                   for key in ("torch", "ddp")]
+        cpu_ratio = f"{r['cpu_s'] / rows['ddp'][1]['cpu_s']:.2f}x" if "ddp" in rows else "-"
         print(f"| {label} | {r['update_s']:.3f} | {' | '.join(ratios)} "
+              f"| {r['cpu_s']:.3f} | {cpu_ratio} "
               f"| {', '.join(f'{m:.1f}' for m in r['weights_mib'])} "
               f"| {', '.join(f'{m:.1f}' for m in r['adam_mib'])} "
               f"| {', '.join(f'{m:.0f}' for m in r['rss_mib'])} |")
