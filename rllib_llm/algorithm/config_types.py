@@ -148,7 +148,7 @@ def _docstring_text(field: Field) -> str:
 
 
 if __name__ == "__main__":
-    from rllib_llm.algorithm.config import ENV_RUNNER_SECTIONS
+    from rllib_llm.algorithm.config_keys import ENV_RUNNER_SECTIONS
 
     STUB_PATH.write_text(render_stub(ENV_RUNNER_SECTIONS))
     print(f"wrote {STUB_PATH}")

@@ -1,8 +1,25 @@
-"""`RLVR`: the training loop, read top to bottom — sample, update, sync weights, each timed."""
+"""`RLVRConfig` and `RLVR`: RLlib's AlgorithmConfig and Algorithm for RL with verifiable
+rewards on language models, in one module as RLlib's ppo.py holds PPOConfig and PPO.
+
+    config = RLVRConfig().environment("math_verify").training(pg_variant="topr", lr=1e-5)
+    algo = config.build()
+    algo.train()
+
+Every RLVR setting is declared once, with its documentation and rule, in `fields.py`; the config,
+the builder, sets their defaults, accepts them (and ROLL's aliases) in `.training()`, and
+validates them when the algorithm is built: each field by its own rule, then the settings
+derived from others and the rules that tie several together (`config_rules/`, run in the order
+its `CHECKS` lists). What it tells RLlib to build for the learners is in `learner_setup.py`.
+
+The algorithm is the training loop, read top to bottom: sample, update, sync weights, each timed.
+Users import the config from `rllib_llm` or `rllib_llm.algorithm.config` (typed by config.pyi).
+"""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import logging
 import time
 from pathlib import Path
@@ -11,8 +28,10 @@ from typing import Any
 import ray
 from ray.exceptions import RayError
 from ray.rllib.algorithms.algorithm import Algorithm
+from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 from ray.rllib.callbacks.utils import make_callback
 from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_LEARNER_GROUP, DEFAULT_MODULE_ID
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.utils.metrics import (
     ENV_RUNNER_RESULTS,
     LEARNER_RESULTS,
@@ -21,6 +40,8 @@ from ray.rllib.utils.metrics import (
 )
 from ray.tune.result import TRAINING_ITERATION
 
+from rllib_llm import core
+from rllib_llm.algorithm import config_rules, config_types, learner_setup
 from rllib_llm.algorithm.async_sampling import (
     ASYNC_RESULTS,
     BATCHES_IN_FLIGHT,
@@ -41,39 +62,46 @@ from rllib_llm.algorithm.checkpoint_files import (
 )
 from rllib_llm.algorithm.cluster_fit import fit_check
 from rllib_llm.algorithm.collapse import CollapseWatch
-from rllib_llm.algorithm.config_rules.evaluation_rules import check_held_out
+from rllib_llm.algorithm.config_keys import (
+    real_minus_ones,
+    resolve_aliases,
+    split_env_runners,
+    split_training,
+)
+from rllib_llm.algorithm.config_rules.evaluation_rules import (
+    check_evaluation_config_keys,
+    check_held_out,
+)
+from rllib_llm.algorithm.config_rules.learner_rules import check_lr
 from rllib_llm.algorithm.config_rules.placement_rules import (
     samples_with_learner_model,
     shares_learner_model,
 )
 from rllib_llm.algorithm.dynamic_sampling import DYNAMIC_RESULTS, fill_batch
-from rllib_llm.algorithm.fields import check_field
-from rllib_llm.algorithm.held_out_evaluation import evaluation_metrics, shard_seed
+from rllib_llm.algorithm.fields import FIELDS, check_field
+from rllib_llm.algorithm.held_out_evaluation import (
+    evaluation_metrics,
+    evaluation_runners,
+    score_shards,
+)
 from rllib_llm.algorithm.learner_faults import dead_learners, learners_died
 from rllib_llm.algorithm.reward_workers import (
     REWARD_MODEL_RESULTS,
     RewardWorkers,
     merge_round_metrics,
 )
-from rllib_llm.algorithm.sample_errors import call_or_error, raise_if_failed
-from rllib_llm.algorithm.sync_sampling import sample_remote
+from rllib_llm.algorithm.sampler_states import sampler_states, set_sampler_states
+from rllib_llm.algorithm.sync_sampling import sample_now
 from rllib_llm.algorithm.weight_sync import direct_weight_sync
 from rllib_llm.exchange.devices import announce
 from rllib_llm.learner.learner_group import SHARDED_PARTS
 from rllib_llm.rollout.env_setup import check_env
 from rllib_llm.rollout.eval_shard import EvalShard
-from rllib_llm.rollout.sampler_state import SAMPLER_STATE
 
 logger = logging.getLogger(__name__)
 
 # The settings a collapse warning names: those that size a step, and the entropy bonus.
 COLLAPSE_SETTINGS = ("lr", "grad_clip", "pg_clip", "entropy_coef", "temperature")
-
-# Our part of the algorithm's checkpoint: each remote env runner's sampler state (RLlib saves
-# only the driver's env runner, which does not sample when there are remote ones), and in
-# asynchronous training the batches generated ahead.
-REMOTE_SAMPLERS = "rlvr_remote_samplers"
-ASYNC_BATCHES = "rlvr_async_batches"
 
 # Timer names (under timers/ in the results): the phases of one iteration.
 SAMPLE_TIMER = "sample"  # generate + verify (split further in env_runners/time_*_s)
@@ -81,11 +109,187 @@ LEARN_TIMER = "learn"
 SYNC_TIMER = "weight_sync"
 
 
+class RLVRConfig(AlgorithmConfig):
+    """Configuration of `RLVR`. See `rllib_llm.algorithm.fields` for every setting."""
+
+    def __init__(self, algo_class=None):
+        super().__init__(algo_class=algo_class or RLVR)
+        for f in FIELDS:
+            setattr(self, f.name, copy.deepcopy(f.default))
+        # What the user registered in core's registries (pg variants, estimators, ...), captured
+        # by validate() and to_dict(): it travels with the config to remote learners (filed in
+        # RLVRLearner.build) and to a Tune trial's process (filed by validate()), which import
+        # rllib_llm afresh and know only the built-ins.
+        self.user_registrations: core.Registrations = {}
+        # RLlib settings with LLM-RL defaults: undiscounted rewards, a small LR, clipped grads,
+        # and sampling in the driver process unless the user asks for remote env runners.
+        self.gamma = 1.0
+        self.lr = 1e-6
+        self.grad_clip = 1.0
+        self.grad_clip_by = "global_norm"
+        self.num_env_runners = 0
+        from rllib_llm.rollout.env_runner import RLVREnvRunner
+
+        self.env_runner_cls = RLVREnvRunner
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> RLVRConfig:
+        """A config with the algorithm preset `name` (ppo, vc_ppo, vapo, grpo, dr_grpo, dapo,
+        rloo, reinforce_pp, topr: algorithm/presets.py), then `overrides` (any training field,
+        or ROLL alias) on top."""
+        from rllib_llm.algorithm.presets import preset_settings
+
+        return cls().training(**preset_settings(name)).training(**overrides)
+
+    # --- setting fields -------------------------------------------------------------------------
+    def training(self, **kwargs) -> RLVRConfig:
+        """Set RLVR fields (see fields.py), ROLL aliases, or any RLlib `training()` argument."""
+        ours, rllib = split_training(kwargs)
+        super().training(**rllib)
+        for key, value in ours.items():
+            setattr(self, key, value)
+        return self
+
+    def env_runners(self, **kwargs) -> RLVRConfig:
+        """RLlib's env_runners(), plus the settings of the "engine" section (fields.py): the
+        rollout engine, its options and memory, and the weight sync to it."""
+        ours, rllib = split_env_runners(kwargs)
+        for key, value in ours.items():
+            setattr(self, key, value)
+        super().env_runners(**rllib)
+        return self
+
+    def evaluation(self, **kwargs) -> RLVRConfig:
+        """RLlib's evaluation(); an `evaluation_config` dict may set only known settings (ours,
+        their aliases, RLlib's): a misspelt one is an error here, not ignored."""
+        overrides = kwargs.get("evaluation_config")
+        if isinstance(overrides, dict):
+            check_evaluation_config_keys(self, overrides)
+        super().evaluation(**kwargs)
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        # Tune sends the config to its trial's process as this dict: the user's registrations go
+        # along (validate() files them there before checking the names).
+        config_dict = super().to_dict()
+        config_dict["user_registrations"] = self._registrations()
+        return config_dict
+
+    def _registrations(self) -> core.Registrations:
+        """This process's user registrations, after filing the ones this config carries (from
+        the process that built it)."""
+        core.restore_registrations(self.user_registrations)
+        return core.user_registrations()
+
+    def update_from_dict(self, config_dict: dict[str, Any]) -> RLVRConfig:
+        # Tune passes flat dicts: accept ROLL's aliases there too.
+        return super().update_from_dict(resolve_aliases(config_dict))
+
+    def get_state(self) -> dict[str, Any]:
+        return {**super().get_state(), **real_minus_ones(self)}
+
+    # --- validation -----------------------------------------------------------------------------
+    def validate(self) -> None:
+        # Registered names are valid names; a config rebuilt in another process (a Tune trial's)
+        # brings the driver's registrations along.
+        self.user_registrations = self._registrations()
+        check_lr(self.lr)  # before RLlib's own check, whose message names no fix
+        super().validate()
+        for f in FIELDS:
+            check_field(f.name, getattr(self, f.name), in_evaluation=self.in_evaluation)
+        config_rules.resolve_derived(self)
+        config_rules.check_all(self)
+
+    @property
+    def model_context_length(self) -> int | None:
+        """The model's max_position_embeddings (None when its config does not say)."""
+        return _context_length(self.model_name_or_path)
+
+    @property
+    def resolved_prompt_length(self) -> int | None:
+        """`prompt_length`, or with None what the model's context leaves after the response."""
+        if self.prompt_length is not None:
+            return self.prompt_length
+        context = self.model_context_length
+        return None if context is None else context - self.response_length
+
+    @property
+    def resolved_overlong_buffer_len(self) -> int | None:
+        """`overlong_buffer_len` in tokens: 'auto' is DAPO's share, 4,096 of 20,480 = 1/5."""
+        if self.overlong_buffer_len == "auto":
+            return max(1, self.response_length // 5)
+        return self.overlong_buffer_len
+
+    def held_out_env_overrides(self) -> dict[str, Any]:
+        """What the held-out env's config changes in env_config: the split, and the dataset when
+        eval_dataset names one."""
+        overrides: dict[str, Any] = {"split": self.eval_split}
+        if self.eval_dataset is not None:
+            overrides["dataset"] = self.eval_dataset
+        return overrides
+
+    # --- what RLlib builds ----------------------------------------------------------------------
+    @property
+    def uses_reference(self) -> bool:
+        return bool(self.use_kl_loss or self.add_token_level_kl)
+
+    @property
+    def recomputes_old_logp(self) -> bool:
+        """`recompute_old_logp` with its None resolved: on for the vLLM engine in synchronous
+        training only (asynchronous training keeps the sampler's, which see the lag)."""
+        if self.recompute_old_logp is None:
+            return self.rollout_engine == "vllm" and not self.async_generation_ratio
+        return bool(self.recompute_old_logp)
+
+    @property
+    def resolved_max_staleness(self) -> int:
+        """`max_staleness` with its None resolved: the lag the pipeline produces,
+        async_generation_ratio, plus with partial rollouts (N > 1) the N calls a group may take
+        from its start to being handed out (`rollout.partial_rollouts`)."""
+        if self.max_staleness is not None:
+            return self.max_staleness
+        split = self.partial_rollout_max_split
+        return self.async_generation_ratio + (split if split > 1 else 0)
+
+    @property
+    def critic_spec(self) -> dict[str, Any] | None:
+        """The module's critic (model_config["critic"]), or None for a critic-free estimator."""
+        return learner_setup.critic_spec(self)
+
+    def get_default_rl_module_spec(self) -> RLModuleSpec:
+        return learner_setup.module_spec(self)
+
+    def get_default_learner_class(self):
+        return learner_setup.learner_class(self.learner_strategy)
+
+    def build_learner_group(self, *, env=None, spaces=None, rl_module_spec=None,
+                            placement_group=None):
+        """RLlib's LearnerGroup, with sharded (DeepSpeed, FSDP2) learners' state gathered by all
+        of them."""
+        if rl_module_spec is None:
+            rl_module_spec = self.get_multi_rl_module_spec(env=env, spaces=spaces)
+        return learner_setup.learner_group(self, rl_module_spec, placement_group)
+
+    def build_learner_connector(self, input_observation_space, input_action_space, device=None):
+        return learner_setup.learner_connector(self, input_observation_space, input_action_space)
+
+
+# What IDEs, type checkers and help() read (the settings are set by a loop over FIELDS).
+RLVRConfig.__annotations__ = {**RLVRConfig.__dict__.get("__annotations__", {}),
+                              **config_types.annotations()}
+RLVRConfig.__doc__ = f"{RLVRConfig.__doc__}\n\n{config_types.settings_doc()}"
+
+
+@functools.lru_cache(maxsize=16)
+def _context_length(model_name_or_path: str) -> int | None:
+    from rllib_llm.models.context_length import model_context_length
+
+    return model_context_length(model_name_or_path)
+
+
 class RLVR(Algorithm):
     @classmethod
-    def get_default_config(cls):
-        from rllib_llm.algorithm.config import RLVRConfig
-
+    def get_default_config(cls) -> RLVRConfig:
         return RLVRConfig(cls)
 
     def setup(self, config) -> None:
@@ -282,29 +486,13 @@ class RLVR(Algorithm):
 
     def get_state(self, components=None, *, not_components=None, **kwargs):
         state = super().get_state(components, not_components=not_components, **kwargs)
-        group = self.env_runner_group
-        if group is not None and group.num_remote_env_runners() > 0:
-            states = group.foreach_env_runner(
-                lambda r: (r.worker_index, r.get_state(components=SAMPLER_STATE)),
-                local_env_runner=False)
-            state[REMOTE_SAMPLERS] = {index: s[SAMPLER_STATE] for index, s in states}
-        if self._async is not None:
-            state[ASYNC_BATCHES] = self._async.get_state()
-        return state
+        return {**state, **sampler_states(self.env_runner_group, self._async)}
 
     def set_state(self, state) -> None:
         """RLlib's restore (it syncs the restored weights and their version to every runner;
         tests/algorithm/test_resume.py checks it), plus each remote runner's sampler state."""
         super().set_state(state)
-        samplers = state.get(REMOTE_SAMPLERS)
-        group = self.env_runner_group
-        if samplers and group is not None:
-            group.foreach_env_runner(
-                lambda r: r.set_state({SAMPLER_STATE: samplers[r.worker_index]})
-                if r.worker_index in samplers else None,
-                local_env_runner=False)
-        if self._async is not None and ASYNC_BATCHES in state:
-            self._async.set_state(state[ASYNC_BATCHES])
+        set_sampler_states(state, self.env_runner_group, self._async)
 
     def sample_batch(self, learner_version: int | None = None) -> Batch:
         """The first phase of `training_step`: one round of sampling, or with
@@ -344,20 +532,10 @@ class RLVR(Algorithm):
         `num_prompts` prompts in all (None: rollout_batch_size)."""
         if self._async is not None:
             return self._async.next_batch(learner_version)
-        start = time.perf_counter()
-        group = self.env_runner_group
-        resampled = 0
-        if group.num_remote_env_runners() == 0:
-            runner = group.local_env_runner
-            episodes = runner.sample(num_prompts=num_prompts)
-            runner_metrics = [runner.get_metrics()]
-        else:
-            cfg = self.config
-            episodes, runner_metrics, resampled = sample_remote(
-                group, num_prompts, num_parts=cfg.num_env_runners,
-                part_size=cfg.rollout_batch_size // cfg.num_env_runners,
-                restore=self._restore_training_runners,
-                timeout_s=cfg.env_runner_restore_timeout_s)
+        start, cfg = time.perf_counter(), self.config
+        episodes, runner_metrics, resampled = sample_now(
+            self.env_runner_group, num_prompts, cfg.rollout_batch_size, cfg.num_env_runners,
+            restore=self._restore_training_runners, timeout_s=cfg.env_runner_restore_timeout_s)
         metrics = staleness_metrics(staleness(episodes, learner_version), 0)
         metrics.update({NUM_DROPPED: 0.0, DROPPED_FRACTION: 0.0, BATCHES_IN_FLIGHT: 0.0,
                         NUM_RESAMPLED_PARTS: float(resampled),
@@ -403,40 +581,10 @@ class RLVR(Algorithm):
         under `eval_config` (an evaluation config), one shard per runner, sampled from `seed`
         (default: the config's `seed`, or 0)."""
         check_held_out(self.config, eval_config)
-        base = (self.config.seed or 0) if seed is None else seed
-        group, ids = self._evaluation_runners()
-        if not ids:
-            return [group.local_env_runner.evaluate(config=eval_config, seed=shard_seed(base, 0))]
-
-        def score(runner):
-            shard = ids.index(runner.worker_index)
-            # An error in evaluate() comes back as a value, not a 60 s restart (sample_errors.py).
-            return call_or_error(runner, "evaluate()", lambda: runner.evaluate(
-                config=eval_config, shard=shard, num_shards=len(ids), seed=shard_seed(base, shard)))
-
-        shards = group.foreach_env_runner(score, remote_worker_ids=ids, local_env_runner=False)
-        raise_if_failed(shards)
-        return shards
-
-    def _evaluation_runners(self):
-        """The group that evaluates, holding the learner's current weights, and its healthy
-        remote runners (none: its local runner evaluates).
-
-        The evaluation group (RLlib builds one when `evaluation_interval` or
-        `evaluation_num_env_runners` is set) receives the weights through the object store, as
-        in RLlib. Without one the training runners evaluate: they hold the weights already,
-        except the driver's runner behind a direct sync, which catches up if it is the one.
-        """
-        group = self.eval_env_runner_group
-        if group is not None:
-            group.sync_weights(from_worker_or_learner_group=self.learner_group,
-                               inference_only=True)
-        else:
-            group = self.env_runner_group
-        ids = group.healthy_env_runner_ids() if group.num_remote_env_runners() else []
-        if not ids and group is self.env_runner_group and self.direct_sync is not None:
-            self.direct_sync.refresh_local_env_runner()
-        return group, ids
+        group, ids = evaluation_runners(self.eval_env_runner_group, self.env_runner_group,
+                                        self.learner_group, self.direct_sync)
+        return score_shards(group, ids, eval_config,
+                            (self.config.seed or 0) if seed is None else seed)
 
     def _evaluation_callback(self, name: str, **kwargs) -> None:
         """RLlib's evaluation callbacks (`on_evaluate_start`, `on_evaluate_end`)."""

@@ -1,4 +1,5 @@
-"""Synchronous sampling on the remote env runners, through their failures.
+"""Synchronous sampling on the remote env runners, through their failures (or, with none, on
+the driver's env runner).
 
 Each iteration's prompts are `num_env_runners` equal parts, one per runner. A runner that dies
 does not end the iteration: RLlib's fault tolerance (`restart_failed_env_runners`, on by default)
@@ -96,6 +97,19 @@ def sample_remote(group, num_prompts: int | None, num_parts: int, part_size: int
         f"{_names(lost)} died in {MAX_SAMPLE_ATTEMPTS} sample() calls in a row; RLlib logged "
         "their errors above. A killed runner is restored, so this is probably an error in "
         "sample() itself, such as in the env or its verifier.")
+
+
+def sample_now(group, num_prompts: int | None, batch_size: int, num_parts: int,
+               restore: Callable[[], Any], timeout_s: float
+               ) -> tuple[list, list[dict[str, Any]], int]:
+    """`num_prompts` prompts (None: `batch_size`) sampled now: by the healthy remote runners of
+    `group` in `num_parts` parts (`sample_remote`), or with no remote runners by its local one.
+    Returns what `sample_remote` returns."""
+    if group.num_remote_env_runners() == 0:
+        runner = group.local_env_runner
+        return runner.sample(num_prompts=num_prompts), [runner.get_metrics()], 0
+    return sample_remote(group, num_prompts, num_parts, batch_size // num_parts, restore,
+                         timeout_s)
 
 
 def share_out(num_prompts: int, runner_ids: list[int]) -> dict[int, int]:

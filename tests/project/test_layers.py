@@ -165,12 +165,7 @@ def cycles_closed_lazily() -> list[tuple[str, int, str]]:
 
 
 # Cycles still closed by a lazy import, each with why it stays for now; the list only shrinks.
-LAZY_CYCLES = {
-    # RLVRConfig names its algorithm, RLVR its default config: one module, as RLlib's ppo.py
-    # holds PPOConfig and PPO, once the two fit in one under 600 lines (issue 51).
-    "rllib_llm.algorithm.config -> rllib_llm.algorithm.rlvr",
-    "rllib_llm.algorithm.rlvr -> rllib_llm.algorithm.config",
-}
+LAZY_CYCLES: set[str] = set()
 
 
 def test_no_import_inside_a_function_closes_a_cycle():
