@@ -8,6 +8,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from sync_standins import EnvRunnerGroup, learner_group  # (tests/algorithm: on sys.path)
 
 from rllib_llm.algorithm.weight_sync import CudaIpcWeightSync
 from rllib_llm.exchange.weight_ipc import SharedWeights
@@ -33,36 +34,9 @@ class Runner:
         return shared.version - self.lag
 
 
-class Result:
-    def __init__(self, value):
-        self.ok, self.value = True, value
-
-    def get(self):
-        return self.value
-
-
-class Runners:
-    """What the sync calls on RLlib's EnvRunnerGroup."""
-
-    def __init__(self, runners: list[Runner]):
-        self.runners, self.local_env_runner = runners, None
-
-    def healthy_env_runner_ids(self) -> list[int]:
-        return [r.worker_index for r in self.runners]
-
-    def num_remote_env_runners(self) -> int:
-        return len(self.runners)
-
-    def foreach_env_runner(self, fn, *, remote_worker_ids, local_env_runner, timeout_seconds):
-        assert not local_env_runner and timeout_seconds == 60
-        return [fn(r) for r in self.runners if r.worker_index in remote_worker_ids]
-
-
 def sync_for(learner: Learner, runners: list[Runner]) -> CudaIpcWeightSync:
     config = SimpleNamespace(weight_sync_backend="cuda_ipc", weight_sync_timeout_s=60)
-    learner_group = SimpleNamespace(
-        foreach_learner=lambda fn: SimpleNamespace(result_or_errors=[Result(fn(learner))]))
-    return CudaIpcWeightSync(config, learner_group, Runners(runners))
+    return CudaIpcWeightSync(config, learner_group(learner), EnvRunnerGroup(runners))
 
 
 def test_each_sync_hands_every_runner_the_learners_current_handles():
@@ -73,6 +47,8 @@ def test_each_sync_hands_every_runner_the_learners_current_handles():
         assert sync.sync()
     assert [[s.version for s in r.loaded] for r in runners] == [[3, 4], [3, 4]]
     assert sync.members == [1, 2]
+    assert all(not call["local_env_runner"] and call["timeout_seconds"] == 60
+               for call in sync.env_runner_group.calls)
 
 
 def test_a_runner_off_the_learners_gpu_stops_the_run_before_any_weights_move():

@@ -8,6 +8,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from sync_standins import EnvRunnerGroup, learner_group  # (tests/algorithm: on sys.path)
 
 from rllib_llm.algorithm.weight_sync import BroadcastWeightSync
 from rllib_llm.exchange.weight_checksums import WeightChecksumError
@@ -40,36 +41,10 @@ class Runner:
         return 3
 
 
-class Runners:
-    """What the sync calls on RLlib's EnvRunnerGroup, which (tolerating failed runners, its
-    default) drops a runner's error from the answers."""
-
-    def __init__(self, runners: list[Runner]):
-        self.runners, self.local_env_runner = runners, None
-
-    def healthy_env_runner_ids(self) -> list[int]:
-        return [r.worker_index for r in self.runners]
-
-    def num_remote_env_runners(self) -> int:
-        return len(self.runners)
-
-    def foreach_env_runner(self, fn, *, remote_worker_ids, local_env_runner, timeout_seconds):
-        answers = []
-        for runner in self.runners:
-            try:
-                answers.append(fn(runner))
-            except Exception:  # noqa: BLE001 - logged and dropped, as RLlib does
-                pass
-        return answers
-
-
 def sync_for(runners: list[Runner]) -> BroadcastWeightSync:
     config = SimpleNamespace(weight_sync_backend="gloo", weight_sync_timeout_s=60,
                              weight_sync_bucket_bytes=64, rollout_engine="torch")
-    learner = Learner()
-    learner_group = SimpleNamespace(foreach_learner=lambda fn: SimpleNamespace(
-        result_or_errors=[SimpleNamespace(ok=True, get=lambda: fn(learner))]))
-    return BroadcastWeightSync(config, learner_group, Runners(runners))
+    return BroadcastWeightSync(config, learner_group(Learner()), EnvRunnerGroup(runners))
 
 
 def test_a_refused_bucket_stops_the_run_with_the_runners_line():
