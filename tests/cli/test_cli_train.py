@@ -199,16 +199,24 @@ def test_checkpoints_are_kept_by_recency_or_by_a_metric(tmp_path):
     assert evaluated.returncode == 0, (evaluated.stdout + evaluated.stderr)[-3000:]
     assert json.loads(evaluated.stdout.splitlines()[-1])["num_problems"] == 2
 
+    # Also FSDP2 learners from a file (issue 49): two learner actors (half a CPU each, beside the
+    # trial's process on 2 cores), whose checkpoints hold their shards; Tune deletes the ones it
+    # does not keep, shards and all.
     best = tmp_path / "best"
     train(str(config), "--run-dir", str(best), "--set", "run.iterations=5",
           "--set", "run.checkpoint_every=1", "--set", "run.keep_checkpoints=1",
-          "--set", "run.checkpoint_score=env_runners/accuracy")
+          "--set", "run.checkpoint_score=env_runners/accuracy",
+          "--set", "training.learner_strategy=fsdp2", "--set", "learners.num_learners=2",
+          "--set", "learners.num_cpus_per_learner=0.5")
     results = [json.loads(line) for line in (trial_dir(best) / "result.json").open()]
+    assert results[-1]["learners"]["default_policy"]["num_optimizer_steps"] > 0
     accuracy = [r["env_runners"]["accuracy"] for r in results]
     best_index = max(range(5), key=lambda i: (accuracy[i], i))  # ties: the later one
     kept = {p.name for p in trial_dir(best).glob("checkpoint_*")}
     assert f"checkpoint_{best_index:06d}" in kept and "checkpoint_000004" in kept  # and latest
     assert len(kept) == (1 if best_index == 4 else 2)
+    for name in kept:
+        assert list((trial_dir(best) / name).rglob("fsdp2_shards/*")), name
 
 
 def test_the_roll_topr_file_trains_the_embedded_default_and_says_what_it_mapped(tmp_path):
