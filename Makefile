@@ -71,7 +71,9 @@ demo: setup $(if $(filter vllm,$(ENGINE)),setup-vllm)
 # morning; 30.5 minutes (3,548 test-seconds, 1,915 tests) with the learning tests at 30-50
 # iterations of a constant rate measured by greedy accuracy (2026-11-28, on a machine about 1.25x
 # faster than the morning's); 39.6 minutes (4,499 test-seconds, 2,164 tests) on 2026-11-29 with
-# the agent gateway, FSDP2 and the fault tests, on a quiet machine with AVX-512 BF16. CI adds its
+# the agent gateway, FSDP2 and the fault tests, on a quiet machine with AVX-512 BF16; 35.5
+# minutes (4,166 test-seconds, 2,199 tests) later that day, with FSDP2's new tests and the
+# `openai`-client agent's learning run folded into the Agents SDK example's. CI adds its
 # set-up (a few minutes) and `make test-vllm`: 75 s to
 # install vLLM, then its tests one at a time (vLLM spawns engine processes), ~3 minutes now that its
 # learning test trains 50 iterations (300 before: 6 minutes).
