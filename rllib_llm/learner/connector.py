@@ -41,6 +41,9 @@ from rllib_llm.exchange.columns import (
 )
 from rllib_llm.learner.data_parallel import score_rows
 from rllib_llm.learner.packing import pack_episodes
+from rllib_llm.learner.pass_labels import OLD_LOGP as OLD_LOGP_PASS
+from rllib_llm.learner.pass_labels import REFERENCE_LOGP as REFERENCE_LOGP_PASS
+from rllib_llm.learner.pass_labels import label
 
 # Metric names this connector logs (under the learner's results).
 KL_COEF = "kl_in_reward_coef"
@@ -178,7 +181,9 @@ def old_log_probs(batch: ConnectorBatch, module, settings: ConnectorSettings) ->
     data = batch.columns
     mask = data[ACTION_MASK]
     data[ROLLOUT_LOGP] = data[OLD_LOGP]
-    old_logp = _score(lambda rows: module.score_tokens(rows, reference=False), data, settings)
+    with label(OLD_LOGP_PASS):  # (pass_labels: a profiler's names, free without one)
+        old_logp = _score(lambda rows: module.score_tokens(rows, reference=False), data,
+                          settings)
     old_logp = old_logp.to(mask.device).float()  # (B, T)
     data[OLD_LOGP] = torch.where(mask.bool(), old_logp, torch.zeros_like(old_logp))
     mismatch = core.rollout_mismatch_kl(data[OLD_LOGP], data[ROLLOUT_LOGP], mask)
@@ -189,8 +194,9 @@ def reference_log_probs(batch: ConnectorBatch, module,
                         settings: ConnectorSettings) -> dict[str, float]:
     """The reference model's log-probs, when the module has one (a KL term needs them)."""
     if module.has_reference:
-        batch.columns[REF_LOGP] = _score(lambda rows: module.score_tokens(rows, reference=True),
-                                         batch.columns, settings)
+        with label(REFERENCE_LOGP_PASS):
+            batch.columns[REF_LOGP] = _score(
+                lambda rows: module.score_tokens(rows, reference=True), batch.columns, settings)
     return {}
 
 

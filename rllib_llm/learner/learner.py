@@ -59,6 +59,7 @@ from rllib_llm.learner import data_parallel, micro_batches, shards
 from rllib_llm.learner.learner_group import SHARDS_DIR
 from rllib_llm.learner.module import TEACHER
 from rllib_llm.learner.optimizer_steps import minibatch_rows, row_groups
+from rllib_llm.learner.pass_labels import BACKWARD, FORWARD, OPTIMIZER_STEP, label
 from rllib_llm.learner.step_context import StepContext, positive_rows, step_context, with_context
 from rllib_llm.learner.step_metrics import MicroBatchMetrics, over_micro_batches, over_steps
 
@@ -231,18 +232,21 @@ class RLVRLearner(TorchLearner):
         for i, micro in enumerate(micros):
             # DDP all-reduces the gradients once per step, in the last micro-batch's backward.
             with self._gradient_sync(last=i == len(micros) - 1):
-                fwd_out = self._forward_train(micro)[DEFAULT_MODULE_ID]
-                loss = self.micro_batch_loss(config=cfg, batch=with_context(micro, context),
-                                             fwd_out=fwd_out)
+                with label(FORWARD):  # (pass_labels: a profiler's names, free without one)
+                    fwd_out = self._forward_train(micro)[DEFAULT_MODULE_ID]
+                    loss = self.micro_batch_loss(config=cfg, batch=with_context(micro, context),
+                                                 fwd_out=fwd_out)
                 # DDP averages over ranks; each rank's piece is normalised by the whole
                 # mini-batch's counts, so world * mean = the sum of the pieces.
-                self._backward(loss.total * world)
+                with label(BACKWARD):
+                    self._backward(loss.total * world)
             total = total + loss.total.detach().double()
             parts.append(loss.metrics)
         step = data_parallel.all_reduce_step_metrics(
             {**over_micro_batches(parts), TOTAL_LOSS: float(total)})
-        return self._apply_step(step, torch.tensor(step[TOTAL_LOSS], dtype=torch.float64),
-                                pretraining=pretraining)
+        with label(OPTIMIZER_STEP):
+            return self._apply_step(step, torch.tensor(step[TOTAL_LOSS], dtype=torch.float64),
+                                    pretraining=pretraining)
 
     def _forward_train(self, micro: dict[str, torch.Tensor]) -> dict[str, Any]:
         return self.module.forward_train({DEFAULT_MODULE_ID: micro})
