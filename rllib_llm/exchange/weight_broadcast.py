@@ -11,22 +11,28 @@ The group is built from a `TCPStore` the learner hosts and never touches torch.d
 default group, so it lives beside the learner's own (DDP) group and vLLM's tensor-parallel one.
 
 Protocol, per sync: a header (the weight version, int64) and then the weights in buckets: flat
-buffers of one dtype, at most `bucket_bytes` each (a larger tensor travels alone), in the order of
-a `layout` both sides agreed on when the group was built, each followed by its checksum
-(`weight_checksums.py`: per tensor, its name's CRC-32 and a digest of its bytes). Receivers get
-the weights as a stream of `(name, tensor)` pairs, bucket by bucket, each checked before it is
-handed on, to load as they arrive; the version comes with the weights, so a runner can never
-label new weights with an old version or vice versa. A bucket that fails its check raises
-`WeightChecksumError` in one line (the bucket, the tensor, the version) once the receiver has
-read the rest of the stream, so the sender's call ends and the group stays in step.
+buffers of one dtype, at most `bucket_bytes` each, packed with the pieces of a `layout` both
+sides agreed on when the group was built (`weight_pieces.py`: each weight whole, or, where it is
+larger than a bucket, in runs of whole rows of at most a bucket), each bucket followed by its
+checksum (`weight_checksums.py`: per piece, its label's CRC-32 and a digest of its bytes; the
+label names a piece's rows, so a misordered piece is refused too). Receivers get the weights as
+a stream, bucket by bucket, each checked before it is handed on, to load as they arrive: whole
+`(name, tensor)` pairs (`receive`) or `(name, rows, tensor)` pieces (`receive_pieces`); the
+version comes with the weights, so a runner can never label new weights with an old version or
+vice versa. A bucket that fails its check raises `WeightChecksumError` in one line (the bucket,
+the piece, the version) once the receiver has read the rest of the stream, so the sender's call
+ends and the group stays in step.
 
-Memory: the sender fills each bucket's buffer a tensor at a time and frees it before the next,
-so a sync holds one bucket (a weight larger than a bucket is a bucket of its own) beyond the
-weights themselves. An FSDP2 learner passes its sharded weights (DTensors), each gathered whole
-only while it is copied into its bucket, so no rank holds the model whole: SmolLM2-135M in
-8 MiB buckets held 108 MiB (its embedding, the largest weight) against 622 MiB sent from a whole
-state dict (`benchmarks/memory/weight_sync_memory.py`). A receiver holds the bucket arriving and
-the one its engine last read.
+Memory: the sender fills each bucket's buffer a piece at a time and frees it before the next,
+so a sync holds one bucket beyond the weights themselves (a single row larger than a bucket is
+a bucket of its own). An FSDP2 learner passes its sharded weights (DTensors): each piece's rows
+are read from the ranks that own them straight into the bucket (`weight_pieces.gather_rows`),
+so no rank holds a weight whole: SmolLM2-135M in 8 MiB buckets held 8 MiB against 622 MiB sent
+from a whole state dict (and 108 MiB, its embedding, when a weight travelled whole;
+`benchmarks/memory/weight_sync_memory.py`). A receiver holds the bucket arriving and the one its
+engine last read: the torch engine copies each piece into its weight's rows in place
+(`receive_pieces`); an engine that loads whole tensors (vLLM) also holds a weight larger than a
+bucket while it is assembled (`receive`).
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from rllib_llm.exchange.weight_checksums import WeightChecksumError, bucket_checksum, check_bucket
+from rllib_llm.exchange.weight_pieces import Piece, buckets, copy_rows, whole_weights
 
 BACKENDS = ("nccl", "gloo")
 
@@ -89,22 +96,6 @@ def layout_of(state_dict: dict[str, torch.Tensor]) -> list[TensorSpec]:
         first_name[key] = name
         specs[name] = TensorSpec(name, tuple(tensor.shape), tensor.dtype)
     return list(specs.values())
-
-
-def buckets(layout: list[TensorSpec], bucket_bytes: int) -> list[list[TensorSpec]]:
-    """Split `layout` into runs of one dtype of at most `bucket_bytes` (bigger tensors alone)."""
-    if bucket_bytes < 1:
-        raise ValueError(f"bucket_bytes={bucket_bytes} must be >= 1")
-    out: list[list[TensorSpec]] = []
-    size = 0
-    for spec in layout:
-        if out and out[-1][0].dtype == spec.dtype and size + spec.nbytes <= bucket_bytes:
-            out[-1].append(spec)
-            size += spec.nbytes
-        else:
-            out.append([spec])
-            size = spec.nbytes
-    return out
 
 
 def check_backend(backend: str, device: torch.device | str) -> None:
@@ -190,7 +181,9 @@ class Sender:
     def send(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         """Broadcast `version`, then `state_dict`'s tensors bucket by bucket, each bucket
         followed by its checksum. `state_dict` holds the tensors `layout_of` saw, or DTensors
-        of their shapes, gathered whole one at a time as their bucket fills."""
+        of their shapes sharded on dim 0, whose pieces' rows are gathered as their bucket fills
+        (collective: every rank of their mesh reads the same pieces, `weight_pieces.copy_rows`;
+        a broadcast sync has one learner, whose mesh is itself)."""
         if self.group is None:
             raise RuntimeError("Sender.send before join(): the receivers have not joined yet")
         _broadcast(self.group, torch.tensor([version], dtype=torch.int64, device=self.device))
@@ -201,15 +194,16 @@ class Sender:
             del flat, checksum  # before the next bucket is filled: one bucket at a time
 
     def _payloads(self, state_dict: dict[str, torch.Tensor]) -> Iterator[Payload]:
-        """Each bucket filled from `state_dict` and its checksum, on the sending device."""
+        """Each bucket filled from `state_dict` a piece at a time, and its checksum, on the
+        sending device."""
         with torch.no_grad():
             for bucket in buckets(self.layout, self.bucket_bytes):
-                flat = torch.empty(sum(s.numel for s in bucket), dtype=bucket[0].dtype,
+                flat = torch.empty(sum(p.numel for p in bucket), dtype=bucket[0].spec.dtype,
                                    device=self.device)  # (sum of numels,)
                 views = _views(flat, bucket)
-                for spec, view in zip(bucket, views, strict=True):
-                    view.copy_(_whole(state_dict[spec.name]))
-                checksum = bucket_checksum([s.name for s in bucket], views)
+                for piece, view in zip(bucket, views, strict=True):
+                    copy_rows(view, state_dict[piece.name], piece)
+                checksum = bucket_checksum([p.label for p in bucket], views)
                 yield flat, checksum.to(self.device)
                 del flat, views, checksum
 
@@ -218,7 +212,9 @@ class Receiver:
     """Any other rank of a broadcast group: an engine process's side.
 
     Joining blocks until every rank has joined. `receive` returns the version and the weights
-    as `(name, tensor)` pairs, received bucket by bucket as the iterator is consumed.
+    as `(name, tensor)` pairs, whole; `receive_pieces` the version and `(name, rows, tensor)`
+    triples as they arrive (rows: the slice of the weight's dim 0 the tensor fills, None for a
+    whole weight). Both receive bucket by bucket as the iterator is consumed.
     """
 
     def __init__(self, *, backend: str, host: str, port: int, rank: int, world_size: int,
@@ -231,34 +227,47 @@ class Receiver:
                                 world_size=world_size, timeout_s=timeout_s)
 
     def receive(self) -> tuple[int, Iterator[tuple[str, torch.Tensor]]]:
-        """The version, and the weights as views of the bucket they arrived in (a fresh buffer
-        per bucket, checked against its checksum before any of it is handed on: see
-        `WeightChecksumError`). Consume the whole iterator, or the group falls out of step with
-        the sender."""
+        """The version, and the weights whole: views of the bucket they arrived in (a fresh
+        buffer per bucket, checked against its checksum before any of it is handed on: see
+        `WeightChecksumError`), and a weight larger than a bucket assembled from its pieces
+        into a tensor of its own (`whole_weights`): for an engine that loads whole tensors
+        (vLLM's `reload_weights`), whose extra memory is then a bucket or that weight. Consume
+        the whole iterator, or the group falls out of step with the sender."""
+        version = self._version()
+        return version, ((name, tensor) for piece, tensor in whole_weights(self._pieces(version))
+                         for name in (piece.name, *piece.spec.aliases))
+
+    def receive_pieces(self) -> tuple[int, Iterator[tuple[str, slice | None, torch.Tensor]]]:
+        """The version, and the weights as they arrive, `(name, rows, tensor)`: `tensor` (a
+        view of its bucket, checked as `receive`'s are) fills rows `rows` of weight `name`, or
+        all of it where `rows` is None. An engine that copies each into its weight's rows in
+        place holds a bucket, never a whole weight. Consume the whole iterator."""
+        version = self._version()
+        return version, ((name, piece.rows, tensor) for piece, tensor in self._pieces(version)
+                         for name in (piece.name, *piece.spec.aliases))
+
+    def _version(self) -> int:
         header = torch.empty(1, dtype=torch.int64, device=self.device)
         _broadcast(self.group, header)
-        version = int(header.item())
-        return version, self._tensors(version)
+        return int(header.item())
 
-    def _tensors(self, version: int) -> Iterator[tuple[str, torch.Tensor]]:
+    def _pieces(self, version: int) -> Iterator[tuple[Piece, torch.Tensor]]:
         layout = buckets(self.layout, self.bucket_bytes)
         for index, bucket in enumerate(layout):
             flat, checksum = self._receive_bucket(bucket)
             views = _views(flat, bucket)
             try:
-                check_bucket(checksum, [s.name for s in bucket], views, bucket=index,
+                check_bucket(checksum, [p.label for p in bucket], views, bucket=index,
                              num_buckets=len(layout), version=version)
             except WeightChecksumError:
                 for rest in layout[index + 1:]:  # read the rest: the sender's call then ends
                     self._receive_bucket(rest)
                 raise
-            for spec, tensor in zip(bucket, views, strict=True):
-                for name in (spec.name, *spec.aliases):
-                    yield name, tensor
-            del flat, views, tensor  # before the next bucket arrives
+            yield from zip(bucket, views, strict=True)
+            del flat, views  # before the next bucket arrives
 
-    def _receive_bucket(self, bucket: list[TensorSpec]) -> Payload:
-        flat = torch.empty(sum(s.numel for s in bucket), dtype=bucket[0].dtype,
+    def _receive_bucket(self, bucket: list[Piece]) -> Payload:
+        flat = torch.empty(sum(p.numel for p in bucket), dtype=bucket[0].spec.dtype,
                            device=self.device)  # (sum of numels,)
         _broadcast(self.group, flat)
         checksum = torch.empty(len(bucket), 2, dtype=torch.int64, device=self.device)
@@ -266,15 +275,10 @@ class Receiver:
         return flat, checksum
 
 
-def _views(flat: torch.Tensor, bucket: list[TensorSpec]) -> list[torch.Tensor]:
-    """The bucket's tensors, shaped, as views of its flat buffer, in order."""
-    return [part.view(spec.shape)
-            for part, spec in zip(flat.split([s.numel for s in bucket]), bucket, strict=True)]
-
-
-def _whole(tensor: torch.Tensor) -> torch.Tensor:
-    """The tensor whole: a DTensor's shards gathered (collective over its mesh), else itself."""
-    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor.detach()
+def _views(flat: torch.Tensor, bucket: list[Piece]) -> list[torch.Tensor]:
+    """The bucket's pieces, shaped, as views of its flat buffer, in order."""
+    return [part.view(piece.shape)
+            for part, piece in zip(flat.split([p.numel for p in bucket]), bucket, strict=True)]
 
 
 def _broadcast(group: dist.ProcessGroup, tensor: torch.Tensor) -> None:

@@ -181,7 +181,7 @@ class TorchRolloutEngine:
                 f"load_weights: state_dict keys {unknown[:5]} are not in the engine's model "
                 f"(it has e.g. {sorted(own)[:3]}); strip any wrapper prefix before syncing"
             )
-        self._copy_in(state_dict.items(), own)
+        self._copy_in((name, own[name], value) for name, value in state_dict.items())
         self._weight_version = int(version)
 
     def join_weight_broadcast(self, *, first_rank: int, **address) -> None:
@@ -194,8 +194,12 @@ class TorchRolloutEngine:
         """Receive one broadcast of the learner's weights into the model; returns its version."""
         if self._receiver is None:
             raise RuntimeError("receive_weights before join_weight_broadcast")
-        version, tensors = self._receiver.receive()
-        self._copy_in(tensors, self.model.state_dict())
+        # Piece by piece into each weight's rows in place: the sync's extra memory here is the
+        # bucket arriving and the last one read, never a whole weight larger than a bucket.
+        version, pieces = self._receiver.receive_pieces()
+        own = self.model.state_dict()
+        self._copy_in(((name, own[name] if rows is None else own[name][rows], tensor)
+                       for name, rows, tensor in pieces))
         self._weight_version = version
         return version
 
@@ -207,7 +211,8 @@ class TorchRolloutEngine:
         if self.device.type != "cuda":
             raise ValueError("weight_sync_backend='cuda_ipc': this engine computes on "
                              f"{self.device}, not on the learner's GPU")
-        self._copy_in(open_shared(shared), self.model.state_dict())
+        own = self.model.state_dict()
+        self._copy_in((name, own[name], value) for name, value in open_shared(shared))
         # The handles are the learner's own weights, which its next update overwrites as soon as
         # the driver hears back: the copies must have finished, not only been queued.
         torch.cuda.current_stream(self.device).synchronize()
@@ -215,15 +220,17 @@ class TorchRolloutEngine:
         return shared.version
 
     @staticmethod
-    def _copy_in(items, own: dict[str, torch.Tensor]) -> None:
+    def _copy_in(items) -> None:
+        """Copy each `(name, target, value)`'s value into `target`: a weight of the model, or
+        a view of its rows (a piece of a broadcast)."""
         with torch.no_grad():
-            for name, value in items:
-                if own[name].shape != value.shape:
+            for name, target, value in items:
+                if target.shape != value.shape:
                     raise ValueError(
                         f"load_weights: {name} has shape {tuple(value.shape)}, the engine's model "
-                        f"expects {tuple(own[name].shape)}"
+                        f"expects {tuple(target.shape)}"
                     )
-                own[name].copy_(value)  # casts dtype and moves device as needed
+                target.copy_(value)  # casts dtype and moves device as needed
 
     @torch.inference_mode()
     def generate_batch(

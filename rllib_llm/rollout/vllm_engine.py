@@ -347,7 +347,8 @@ class WeightSyncExtension:
         version, tensors = receiver.receive()
         # One reload over the whole stream: vLLM's in-place reload rebuilds fused tensors per
         # layer and must see every tensor in one call (see `load_weights`); the stream holds
-        # one bucket in memory at a time.
+        # one bucket in memory at a time, and a weight larger than a bucket whole while it is
+        # assembled from its pieces (vLLM loads whole tensors).
         self.reload_weights(weights_iterator=tensors, is_checkpoint_format=True)
         return version
 

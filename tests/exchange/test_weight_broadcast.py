@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from rllib_llm.exchange import weight_broadcast as wb
+from rllib_llm.exchange import weight_pieces as wp
 
 
 def state_dict() -> dict[str, torch.Tensor]:
@@ -34,15 +35,30 @@ def test_layout_keeps_order_and_sends_a_tied_tensor_once():
     assert layout[0].nbytes == 7 * 3 * 4 and layout[2].nbytes == 3 * 2
 
 
-def test_buckets_hold_one_dtype_up_to_the_byte_limit_and_big_tensors_alone():
+def test_buckets_hold_one_dtype_up_to_the_byte_limit():
     layout = wb.layout_of(state_dict())
-    names = [[s.name for s in b] for b in wb.buckets(layout, bucket_bytes=120)]
-    # embed (84 B) + layer (36 B) = 120 fit; the bf16 pair shares one; big (160 B) goes alone.
-    assert names == [["embed.weight", "layer.weight"], ["layer.bias", "norm.weight"],
-                     ["big.weight"]]
-    assert len(wb.buckets(layout, bucket_bytes=1)) == len(layout)
+    bucketed = wb.buckets(layout, bucket_bytes=120)
+    # embed (84 B) + layer (36 B) = 120 fit; the bf16 pair shares one; big (160 B, 40 rows of
+    # 4 B) is cut into 30 rows (120 B) and the last 10.
+    assert [[p.label for p in b] for b in bucketed] == [
+        ["embed.weight", "layer.weight"], ["layer.bias", "norm.weight"],
+        ["big.weight[0:30]"], ["big.weight[30:40]"]]
+    for bytes_ in (1, 16, 64, 120):
+        assert all(sum(p.nbytes for p in b) <= max(bytes_, 12)  # 12: embed's row, 3 x 4 B
+                   for b in wb.buckets(layout, bucket_bytes=bytes_))
     with pytest.raises(ValueError, match="bucket_bytes=0 must be >= 1"):
         wb.buckets(layout, bucket_bytes=0)
+
+
+def test_a_split_weight_is_assembled_whole_from_its_pieces():
+    weights = state_dict()
+    layout = wb.layout_of(weights)
+    arrived = [(p, weights[p.name] if p.whole else weights[p.name][p.start:p.stop].clone())
+               for p in wp.pieces(layout, bucket_bytes=16)]
+    whole = list(wp.whole_weights(arrived))
+    assert [p.name for p, _ in whole] == [s.name for s in layout]
+    for piece, tensor in whole:
+        assert piece.whole and torch.equal(tensor, weights[piece.name]), piece.name
 
 
 def test_backend_errors_name_the_fix():

@@ -17,7 +17,8 @@ from rllib_llm.exchange import weight_checksums as wc
 def weights() -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
     return {"a.weight": torch.randn(4, 4, generator=g), "b.weight": torch.randn(4, 4, generator=g),
-            "c.bias": torch.randn(5, generator=g).to(torch.bfloat16)}
+            "c.bias": torch.randn(5, generator=g).to(torch.bfloat16),
+            "d.weight": torch.randn(8, 4, generator=g)}
 
 
 @pytest.mark.parametrize("digest", [wc.tensor_digest, wc.word_digest])
@@ -75,11 +76,13 @@ def corrupt_second_bucket(payloads):
         yield flat, checksum
 
 
-def swap_first_two_buckets(payloads):
-    first = next(payloads)
-    yield next(payloads)
-    yield first
-    yield from payloads
+def swap_buckets(index: int):
+    """A transit that swaps buckets `index` and `index + 1`."""
+    def swap(payloads):
+        payloads = list(payloads)
+        payloads[index], payloads[index + 1] = payloads[index + 1], payloads[index]
+        yield from payloads
+    return swap
 
 
 def _receive(address: dict, rounds: int, queue, read) -> None:
@@ -98,34 +101,38 @@ def _receive(address: dict, rounds: int, queue, read) -> None:
 
 def test_a_corrupt_or_misordered_bucket_is_refused_in_one_line_and_the_next_sync_arrives():
     w = weights()
-    # 64 B: a.weight, b.weight (64 B each) and c.bias travel in three buckets, the first two
-    # of one size, so swapping them in transit passes the broadcast and only the check sees it.
+    # 64 B: a.weight, b.weight (64 B each), c.bias and d.weight's two halves (128 B: rows 0-4
+    # and 4-8) travel in five buckets, a and b of one size, d's halves too, so swapping either
+    # pair in transit passes the broadcast and only the check sees it.
     sender = wb.Sender("gloo", w, world_size=2, timeout_s=60, bucket_bytes=64)
-    assert [[s.name for s in b] for b in wb.buckets(sender.layout, 64)] == [
-        ["a.weight"], ["b.weight"], ["c.bias"]]
+    assert [[p.label for p in b] for b in wb.buckets(sender.layout, 64)] == [
+        ["a.weight"], ["b.weight"], ["c.bias"], ["d.weight[0:4]"], ["d.weight[4:8]"]]
     ctx = mp.get_context("spawn")
     queue, read = ctx.Queue(), ctx.Event()
-    child = ctx.Process(target=_receive, args=(sender.address(), 4, queue, read))
+    child = ctx.Process(target=_receive, args=(sender.address(), 5, queue, read))
     child.start()
     sender.join()
     for version, in_transit in [(1, None), (2, corrupt_second_bucket),
-                                (3, swap_first_two_buckets), (4, None)]:
+                                (3, swap_buckets(0)), (4, swap_buckets(3)), (5, None)]:
         sender.in_transit = in_transit
         sender.send(w, version=version)  # returns: the refusing receiver read the whole stream
-    got = [queue.get(timeout=60) for _ in range(4)]
+    got = [queue.get(timeout=60) for _ in range(5)]
     read.set()
     child.join(timeout=60)
     assert child.exitcode == 0
     assert [(version, error) for version, _, error in got] == [
         (1, None),
-        (2, "weight sync of learner version 2: bucket 2 of 3 is corrupt: b.weight (4, 4) does "
+        (2, "weight sync of learner version 2: bucket 2 of 5 is corrupt: b.weight (4, 4) does "
             "not match the checksum its sender computed; refusing it."),
-        (3, "weight sync of learner version 3: bucket 1 of 3 arrived misordered: its checksum "
+        (3, "weight sync of learner version 3: bucket 1 of 5 arrived misordered: its checksum "
             "belongs to another tensor where a.weight was expected; refusing it."),
-        (4, None)]
+        (4, "weight sync of learner version 4: bucket 4 of 5 arrived misordered: its checksum "
+            "belongs to another tensor where d.weight[0:4] was expected; refusing it."),
+        (5, None)]
     assert list(got[1][1]) == ["a.weight"]  # nothing of the corrupt bucket was handed on
     assert got[2][1] == {}
-    for _, received, error in (got[0], got[3]):
+    assert list(got[3][1]) == ["a.weight", "b.weight", "c.bias"]  # d was never whole
+    for _, received, error in (got[0], got[4]):
         assert received.keys() == w.keys()
         for name, tensor in w.items():
             assert torch.equal(received[name], tensor), name

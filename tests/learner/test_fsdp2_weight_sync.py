@@ -91,10 +91,12 @@ def reset_peak() -> float:
 def _send_and_measure(address_box, results, store: str) -> None:
     """The sending side in a process of its own, whose allocator returns every block of 64 KiB
     or more to the system when it is freed (MALLOC_MMAP_THRESHOLD_), so its peak RSS counts
-    the bytes a sync holds at once: 48 MiB of sharded float32 weights in 4 MiB buckets, sent
-    streamed from the shards and then from a whole state dict (the learner's sync before)."""
-    stack = sharded(torch.nn.Sequential(*[torch.nn.Linear(1024, 1024, bias=False)
-                                          for _ in range(12)]), Path(store))
+    the bytes a sync holds at once: 48 MiB of sharded float32 weights (a 16 MiB embedding and
+    eight 4 MiB layers) in 4 MiB buckets, sent streamed from the shards and then from a whole
+    state dict (the learner's sync before)."""
+    stack = sharded(torch.nn.Sequential(torch.nn.Embedding(4096, 1024),
+                                        *[torch.nn.Linear(1024, 1024, bias=False)
+                                          for _ in range(8)]), Path(store))
     weights = fsdp2.ShardedWeights(stack, bucket_bytes=4 * MIB, first=True)
     sender = wb.Sender("gloo", weights.shards(""), world_size=2, timeout_s=60,
                        bucket_bytes=4 * MIB)
@@ -132,9 +134,10 @@ def test_the_fsdp2_sender_holds_a_bucket_not_the_model(tmp_path):
     peaks = results.get(timeout=60)
     child.join(timeout=60)
     assert child.exitcode == 0
-    assert counts == [12, 12, 12]
-    print(f"sender's peak extra MiB (model 48, bucket 4): {peaks}")
-    # A bucket (4 MiB; the gathered weight is the shard itself in a world of one) and slack.
+    assert counts == [9, 9, 9]
+    print(f"sender's peak extra MiB (model 48, embedding 16, bucket 4): {peaks}")
+    # A bucket (4 MiB) and slack, not the embedding (16 MiB): it travels in 4 pieces of 1024
+    # rows, each read from the shards into its bucket.
     assert peaks["streamed"] <= 6, peaks
     assert peaks["from a whole state dict"] >= 48, peaks
 
