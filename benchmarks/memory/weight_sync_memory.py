@@ -12,8 +12,8 @@ with MALLOC_MMAP_THRESHOLD_=65536: glibc then gives every block of 64 KiB or mor
 system when it is freed, so the peak RSS above the RSS before a sync (VmHWM, reset through
 /proc/self/clear_refs) counts the bytes the sync held at once, not what the allocator kept.
 After one warm-up sync (gloo's buffers), each process measures each mode:
-- streamed: `Sender.send` over `ShardedWeights.shards` (DTensors, each gathered whole while it is
-  copied into its bucket);
+- streamed: `Sender.send` over `ShardedWeights.shards` (DTensors, each piece's rows read from the
+  shards into its bucket: a weight over the bucket size travels in pieces of whole rows);
 - whole state dict: `ShardedWeights.state_dict` (gathered a bucket at a time into one CPU copy of
   the model), then sent.
 Also: seconds per sync on each side, and the checksums' cost (a digest of every weight, which
@@ -146,7 +146,7 @@ def main() -> None:
     print(f"\n{time.strftime('%Y-%m-%d')}; {cpu_line()}; torch {torch.__version__}; model "
           f"{args.model}: {sender['model_mib']:.1f} MiB in float32 (FSDP2's master weights), "
           f"largest weight {sender['largest_mib']:.1f} MiB (a weight over the bucket size "
-          f"travels alone); one torch thread per process\n")
+          f"travels in pieces of whole rows); one torch thread per process\n")
     print("| bucket MiB | buckets | sync from | sender peak extra MiB | receiver peak extra MiB "
           "| sender s | receiver s |")
     print("|---|---|---|---|---|---|---|")

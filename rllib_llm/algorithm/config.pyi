@@ -109,7 +109,8 @@ class RLVRConfig(AlgorithmConfig):
     and runners at fractions of one GPU; verl's and OpenRLHF's colocated sync)."""
     weight_sync_bucket_bytes: int
     """Broadcast weight sync: most bytes per broadcast call (tensors of one dtype are packed
-    together up to this size; a larger tensor goes alone)."""
+    together up to this size; a larger tensor travels in pieces of whole rows of at most this
+    size)."""
     weight_sync_timeout_s: float
     """Broadcast weight sync: seconds to wait for every process to join the group or finish a
     broadcast before failing; a failed broadcast falls back to 'object_store' for that sync and the

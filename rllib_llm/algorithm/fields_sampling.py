@@ -126,8 +126,9 @@ SAMPLING_FIELDS: tuple[Field, ...] = (
           one_of(("object_store", "nccl", "gloo", "cuda_ipc")), "engine"),
     Field("weight_sync_bucket_bytes", 256 * 2**20,
           "Broadcast weight sync: most bytes per broadcast call (tensors of one dtype are packed "
-          "together up to this size; a larger tensor goes alone). Bounds the extra memory each "
-          "receiver needs during a sync.", positive_int, "engine"),
+          "together up to this size; a larger tensor travels in pieces of whole rows of at most "
+          "this size). Bounds the extra memory the sender and each receiver need during a sync "
+          "(vLLM also holds a larger weight whole while it is assembled).", positive_int, "engine"),
     Field("weight_sync_timeout_s", 300.0,
           "Broadcast weight sync: seconds to wait for every process to join the group or finish "
           "a broadcast before failing; a failed broadcast falls back to 'object_store' for that "

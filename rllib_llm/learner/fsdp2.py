@@ -191,8 +191,9 @@ class ShardedWeights:
     def shards(self, prefix: str) -> dict[str, torch.Tensor]:
         """The weights whose keys start with `prefix`, the prefix cut, as this rank holds them:
         DTensors (a tied weight one DTensor under both keys), nothing gathered. A broadcast
-        weight sync gathers each whole only while it copies it into its bucket
-        (`exchange/weight_broadcast.Sender`), so no copy of the model exists anywhere."""
+        weight sync reads each bucket's rows of them from the ranks that own those rows
+        (`exchange/weight_pieces.copy_rows`, a weight larger than a bucket in pieces of whole
+        rows), so no rank holds a weight whole, let alone the model."""
         return {k[len(prefix):]: v for k, v in self.module.state_dict(keep_vars=True).items()
                 if k.startswith(prefix)}
 
