@@ -121,6 +121,15 @@ class RLVRLearner(TorchLearner):
         announce("the learner" if world == 1 else f"learner {rank} of {world}", device,
                  budgets.note)
 
+    # torch Adam's `foreach` (None: torch's choice, which on a CPU is one tensor at a time);
+    # FSDP2 learners take the foreach kernel, on a CPU bitwise the same update.
+    ADAM_FOREACH: bool | None = None
+
+    def _adam_kernel(self) -> dict[str, bool | None]:
+        """torch Adam's kernel settings: fused where config.fused_optimizer, else ADAM_FOREACH."""
+        fused = bool(self.config.fused_optimizer)
+        return {"fused": fused, "foreach": None if fused else self.ADAM_FOREACH}
+
     def configure_optimizers_for_module(self, module_id, config=None) -> None:
         """One Adam optimizer (RLlib's default, under RLlib's default name), or with a critic
         two: "actor" at lr and "critic" at critic_lr; fused where config.fused_optimizer."""
@@ -135,7 +144,7 @@ class RLVRLearner(TorchLearner):
         for name, params, lr in groups:
             self.register_optimizer(
                 module_id=module_id, optimizer_name=name, params=params, lr_or_lr_schedule=lr,
-                optimizer=torch.optim.Adam(params, fused=bool(config.fused_optimizer)))
+                optimizer=torch.optim.Adam(params, **self._adam_kernel()))
 
     def get_parameters(self, module) -> list[torch.nn.Parameter]:
         # The frozen reference model is part of the module but never optimised.
@@ -153,7 +162,7 @@ class RLVRLearner(TorchLearner):
         fused_optimizer instead."""
         super()._set_optimizer_state(state)
         for optim in self._named_optimizers.values():
-            use_configured_kernel(optim, bool(self.config.fused_optimizer))
+            use_configured_kernel(optim, **self._adam_kernel())
 
     def _get_optimizer_state(self) -> dict[str, Any]:
         # RLlib converts optimizer state to numpy, which has no bfloat16 (Adam's moments of a
@@ -448,7 +457,7 @@ class RLVRLearner(TorchLearner):
             optims = list(self._named_optimizers.values())
             shards.load(self.module[DEFAULT_MODULE_ID], optims, str(directory), skip=(TEACHER,))
             for optim in optims:
-                use_configured_kernel(optim, bool(self.config.fused_optimizer))
+                use_configured_kernel(optim, **self._adam_kernel())
 
     def set_state(self, state: dict[str, Any]) -> None:
         super().set_state(state)
@@ -575,11 +584,12 @@ def nonfinite_causes(cfg) -> str:
     return f"Likely causes: {', '.join(causes)}, or {rewards}"
 
 
-def use_configured_kernel(optim: torch.optim.Optimizer, fused: bool) -> None:
+def use_configured_kernel(optim: torch.optim.Optimizer, fused: bool,
+                          foreach: bool | None = None) -> None:
     """torch Adam's kernel choice lives in its param groups, which load_state_dict replaces with
     the saved ones: set it back (fused steps keep their step counts on the parameters' device)."""
     for group in optim.param_groups:
-        group["fused"], group["foreach"] = fused, None
+        group["fused"], group["foreach"] = fused, foreach
         for param in group["params"] if fused else ():
             step = optim.state.get(param, {}).get("step")
             if torch.is_tensor(step):
