@@ -4,6 +4,8 @@ against TRL's GRPOTrainer, in one run sized for a short GPU loan (on one H200, 2
 
     python benchmarks/gpu/gpu_check.py [--json PATH] [--parts placements shape]
     python benchmarks/gpu/gpu_check.py --parts shape --ours-set max_tokens_per_micro_batch=131072
+    python benchmarks/gpu/gpu_check.py --parts shape --runs cuda_ipc async --profile
+    python benchmarks/gpu/gpu_check.py --parts shape --shape 1.5b --runs
     python benchmarks/gpu/gpu_check.py --small [--json PATH]    # the same code paths on the CPU
 
 (a) Placements. The embedded task (`rllib_llm.recipes.embedded.embedded_config`, TOPR) in three
@@ -42,6 +44,15 @@ against TRL's GRPOTrainer, in one run sized for a short GPU loan (on one H200, 2
     ours/TRL, and the goal: s/update <= 0.5x TRL's, learner + runner peak reserved <= 16 GiB,
     and the engine >= 3x `model.generate`.
 
+    `--shape 1.5b` runs (b) on Qwen2.5-1.5B's shape at 32 x 8 x 512 instead (shapes.py: the shapes
+    and the model written). `--runs` picks the short runs of our side beside the main one:
+    cuda_ipc (the default, on a GPU), async (the asynchronous path at async_generation_ratio=1,
+    max_staleness=1, as many updates as the main run: its s/update against the synchronous run's
+    and TRL's, goal <= 0.3x TRL's), or none. `--profile` adds one update of the main run under
+    torch.profiler after the measured ones: the learn phase by pass, kernels, launches, host
+    gaps, top ops and MFU (profile_summary.py; the learner is local, so its process is traced).
+    The tables are report_tables.py's.
+
 The check fails (exit 1, after the tables) when a process given a GPU computes on the CPU, a
 learner's parameters are not on its device after training, a part raises, a response ends before
 --tokens, or (full mode) a placement does not learn. The goal is reported, not enforced.
@@ -65,47 +76,22 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+
+# The script's folder is on sys.path (also in the children it starts: they run this file).
+import profile_summary
+from report_tables import compare, print_placements, print_shape
+from shapes import LR, PROMPTS_FILE, SHAPES, Sizes, write_model
 
 GIB = 2**30
 # Dense bf16 peak of one GPU in FLOP/s, by a piece of `torch.cuda.get_device_name()` (first match).
 PEAK_BF16_FLOPS = (("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("A100", 312e12))
-CHILD_TIMEOUT_S = 300  # each side of the 403M shape (about a minute or two on a GPU)
-GOAL_PEAK_GIB = 16.0  # learner + env runner peak reserved CUDA memory
-GOAL_TIME_RATIO = 0.5  # our s/update over TRL's
-GOAL_ENGINE_SPEEDUP = 3.0  # the torch engine's tokens/s over model.generate's
+CHILD_TIMEOUT_S = 300  # each side of a shape (403M: about a minute or two on a GPU)
 MIN_GAIN = 0.05  # held-out greedy pass@1 gain that counts as learning (full mode)
-LR = 1e-6  # constant on both sides (TRL's default learning rate)
-# The tokenizer's EOS in the 403M shape: a token the model's logits do not cover (see write_model).
-NO_EOS = "<no-eos>"
-PROMPTS_FILE = "train_prompts.json"  # beside the model: the prompts TRL trains on
 # Settings that bound memory, printed with the values our side ran with (where the config has them).
 MEMORY_SETTINGS = ("model_dtype", "micro_batch_size", "max_tokens_per_micro_batch",
                    "gradient_checkpointing", "max_tokens_per_generate_batch", "use_fused_kernels")
-
-
-@dataclass(frozen=True)
-class Sizes:
-    gpu: float  # GPUs of a process that holds one (halves where two share it); 0 = all on the CPU
-    iterations: int  # training iterations per placement
-    eval_problems: int  # held-out problems scored before and after
-    hidden: int  # (b): the Llama's shape
-    layers: int
-    intermediate: int
-    heads: int
-    prompts: int  # (b): the GRPO batch
-    group: int
-    tokens: int
-    dtype: str
-    updates: int  # (b): updates per side, the first `warmup` of them not measured
-    warmup: int
-
-
-FULL = Sizes(gpu=1, iterations=150, eval_problems=500, hidden=1024, layers=24, intermediate=4096,
-             heads=16, prompts=32, group=8, tokens=256, dtype="bfloat16", updates=5, warmup=1)
-SMALL = Sizes(gpu=0, iterations=2, eval_problems=50, hidden=64, layers=2, intermediate=256,
-              heads=4, prompts=4, group=4, tokens=16, dtype="float32", updates=2, warmup=1)
 
 
 # --- what each process reports about itself (run inside it by foreach_learner/env_runner) --------
@@ -297,46 +283,6 @@ def run_placement(name: str, sizes: Sizes) -> dict:
     return out
 
 
-# --- (b) the 403M shape: the model both sides train ----------------------------------------------
-def write_model(sizes: Sizes, out_dir: Path) -> dict:
-    """A randomly initialised Llama of `sizes` with the embedded char tokenizer, saved to `out_dir`
-    for `model_name_or_path` and TRL alike.
-
-    The tokenizer gets a new EOS token, id `vocab` (98), one past the model's logits: neither
-    sampler can draw it, so every response runs to the length limit. (rllib_llm has no sampling
-    option that ignores EOS; the env, the engine and TRL all take EOS from the tokenizer.)
-    """
-    import torch
-    from rllib_llm.envs.datasets import load_problems
-    from transformers import LlamaForCausalLM
-
-    from rllib_llm.models import DTYPES, encode_prompt, load_tokenizer
-    from rllib_llm.models.tiny_llama import tiny_llama_config
-
-    tokenizer = load_tokenizer("embedded")
-    vocab = len(tokenizer)
-    tokenizer.add_special_tokens({"eos_token": NO_EOS})
-    config = tiny_llama_config(vocab, hidden_size=sizes.hidden, num_hidden_layers=sizes.layers,
-                               num_attention_heads=sizes.heads,
-                               intermediate_size=sizes.intermediate,
-                               max_position_embeddings=sizes.tokens + 64,
-                               pad_token_id=tokenizer.pad_token_id, eos_token_id=None)
-    torch.manual_seed(0)
-    device = "cuda" if sizes.gpu and torch.cuda.is_available() else "cpu"  # a faster init
-    with torch.device(device):
-        model = LlamaForCausalLM(config).to(DTYPES[sizes.dtype])
-    model.generation_config.eos_token_id = None
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
-    params = model.num_parameters()
-    # TRL's prompts: the training split our env samples from (env_config dataset "arithmetic").
-    prompts = [p["prompt"] for p in load_problems("arithmetic", split="train")]
-    (out_dir / PROMPTS_FILE).write_text(json.dumps(prompts))
-    prompt_tokens = statistics.mean(len(encode_prompt(tokenizer, p)) for p in prompts)
-    return {"parameters": params, "vocab": vocab, "eos_token_id": tokenizer.eos_token_id,
-            "mean_prompt_tokens": prompt_tokens}
-
-
 # --- (b) our side, in a process of its own (connected to the driver's Ray) -----------------------
 def shape_config(sizes: Sizes, path: str, overrides: dict | None = None):
     """GRPO as benchmarks/peers/trl_comparison.py runs it, on the 403M shape; memory settings at
@@ -476,7 +422,9 @@ def graphs_against_eager(engine, batch, group: int, tokens: int, graphed) -> dic
 
 
 def run_ours(sizes: Sizes, path: str, ray_address: str, overrides: dict,
-             engine_check: bool = True) -> dict:
+             engine_check: bool = True, profile: bool = False) -> dict:
+    """Our side: `sizes.updates` updates, then (`profile`) one more under torch.profiler, not
+    counted in the medians (profile_summary.py), then the checks and the engine alone."""
     import ray
 
     from rllib_llm.outputs.metric_names import RESPONSE_LENGTH, TIME_LEARN_S, TIME_SAMPLE_S
@@ -493,10 +441,12 @@ def run_ours(sizes: Sizes, path: str, ray_address: str, overrides: dict,
             start = time.perf_counter()
             result = algo.train()
             update_s = time.perf_counter() - start
-            phases = phase_times(result, config.weight_sync_backend, update_s)
             rows.append({"update_s": update_s, "sample_s": metric(result, TIME_SAMPLE_S),
                          "learn_s": metric(result, TIME_LEARN_S),
-                         "response_tokens": metric(result, RESPONSE_LENGTH), "phases": phases})
+                         "response_tokens": metric(result, RESPONSE_LENGTH)})
+            if not config.async_generation_ratio:  # (overlapped, the phases do not add up)
+                rows[-1]["phases"] = phase_times(result, config.weight_sync_backend, update_s)
+        profiled = profiled_update(algo) if profile else None
         synced = weights_synced(algo)
         learner = algo.learner_group.foreach_learner(peak_memory).result_or_errors[0].get()
         memory = {"learner (driver)": learner,
@@ -514,7 +464,19 @@ def run_ours(sizes: Sizes, path: str, ray_address: str, overrides: dict,
     return {"measured": rows[sizes.warmup:], "memory": memory, "processes": processes,
             "problems": device_problems(config, processes), "settings": settings,
             "sized": {k: v for p in processes for k, v in p.get("sized", {}).items()},
-            "engine_vs_generate": engine, "weights_synced": synced}
+            "engine_vs_generate": engine, "weights_synced": synced, "profile": profiled}
+
+
+def profiled_update(algo) -> dict:
+    """One update under torch.profiler, summarised (the learner is local: in this process; the
+    env runner's process is not traced), with its learn seconds from its metrics."""
+    from rllib_llm.outputs.metric_names import TIME_LEARN_S
+
+    start = time.perf_counter()
+    result, trace = profile_summary.profiled(algo.train)
+    summary = profile_summary.summarize(trace)
+    return {**summary, "update_learn_s": metric(result, TIME_LEARN_S),
+            "profiled_update_s": time.perf_counter() - start}
 
 
 # --- (b) TRL's side, in a process of its own ------------------------------------------------------
@@ -550,9 +512,12 @@ def run_trl(sizes: Sizes, path: str) -> dict:
             self.steps.append(time.perf_counter() - self.start)
 
     # trl_comparison.py's GRPO settings; TRL's defaults for the rest (gradient checkpointing on).
+    # One optimizer step per batch, in micro-batches of the shape's trl_micro_batch rows.
+    batch_rows = sizes.prompts * sizes.group
+    micro = sizes.trl_micro_batch or batch_rows
     config = GRPOConfig(
-        output_dir=tempfile.mkdtemp(), per_device_train_batch_size=sizes.prompts * sizes.group,
-        gradient_accumulation_steps=1, num_generations=sizes.group,
+        output_dir=tempfile.mkdtemp(), per_device_train_batch_size=micro,
+        gradient_accumulation_steps=batch_rows // micro, num_generations=sizes.group,
         max_completion_length=sizes.tokens, learning_rate=LR, lr_scheduler_type="constant",
         warmup_steps=0, max_steps=sizes.updates, beta=0.0, epsilon=0.2, num_iterations=1,
         loss_type="grpo", scale_rewards="group", temperature=1.0, top_p=1.0, max_grad_norm=1.0,
@@ -582,6 +547,7 @@ def run_trl(sizes: Sizes, path: str) -> dict:
             "settings": {"gradient_checkpointing": config.gradient_checkpointing,
                          "bf16": config.bf16, "model_dtype": sizes.dtype,
                          "per_device_train_batch_size": config.per_device_train_batch_size,
+                         "gradient_accumulation_steps": config.gradient_accumulation_steps,
                          "steps_per_generation": config.steps_per_generation},
             "device": device, "problems": [f"the trainer computes on {device}"]
             if on_gpu and not device.startswith("cuda") else []}
@@ -610,15 +576,21 @@ def summarise(side: dict, sizes: Sizes, model: dict, peak_flops: float | None) -
     rows = side["measured"]
     med = {k: statistics.median(r[k] for r in rows) for k in ("update_s", "sample_s", "learn_s")}
     responses = sizes.prompts * sizes.group
-    trained = responses * (model["mean_prompt_tokens"] + sizes.tokens)  # forward + backward
     if all("phases" in r for r in rows):  # (ours)
         side["phases"] = {k: statistics.median(r["phases"][k] for r in rows)
                           for k in rows[0]["phases"]}
     side.update(med, tokens_per_s=responses * sizes.tokens / med["update_s"],
                 generate_tokens_per_s=responses * sizes.tokens / med["sample_s"],
                 full_length=all(r["response_tokens"] == sizes.tokens for r in rows),
-                mfu=(6 * model["parameters"] * trained / med["learn_s"] / peak_flops
+                mfu=(update_flops(sizes, model) / med["learn_s"] / peak_flops
                      if peak_flops else None))
+
+
+def update_flops(sizes: Sizes, model: dict) -> float:
+    """An update's training FLOPs for MFU: 6 x parameters x trained tokens (prompt + response;
+    forward + backward; the scoring passes and recomputed activations not counted)."""
+    trained = sizes.prompts * sizes.group * (model["mean_prompt_tokens"] + sizes.tokens)
+    return 6 * model["parameters"] * trained
 
 
 def gpu_peak_flops(sizes: Sizes) -> tuple[str, float | None]:
@@ -630,39 +602,71 @@ def gpu_peak_flops(sizes: Sizes) -> tuple[str, float | None]:
     return name, next((flops for key, flops in PEAK_BF16_FLOPS if key in name), None)
 
 
-def run_shape(sizes: Sizes, skip_trl: bool, out: dict, save, overrides: dict) -> None:
-    """Both sides of the 403M shape, one after the other, into `out` (`save()` after each)."""
+# The short runs of our side that --runs adds beside the main one: name -> (the settings it adds,
+# updates or None for the main run's, GPU only). cuda_ipc: the CUDA IPC weight sync, not yet the
+# default, timed and checked (its weights) in a short run; async: the asynchronous path at
+# max_staleness=1 (one batch generated ahead while the learner updates), its s/update against
+# the synchronous run's and TRL's.
+EXTRA_RUNS = {
+    "cuda_ipc": ({"weight_sync_backend": "cuda_ipc"}, 2, True),
+    "async": ({"async_generation_ratio": 1, "max_staleness": 1}, None, False),
+}
+
+
+@dataclass(frozen=True)
+class ShapeOptions:
+    """What the shape part runs (from the command line)."""
+
+    skip_trl: bool = False
+    overrides: dict = field(default_factory=dict)  # --ours-set: our side's training settings
+    runs: tuple[str, ...] = ("cuda_ipc",)  # --runs: EXTRA_RUNS beside our main run
+    profile: bool = False  # --profile: one more update of our main run under torch.profiler
+
+
+def run_shape(sizes: Sizes, options: ShapeOptions, out: dict, save) -> None:
+    """Both sides of the shape, our extra runs between them, one after the other, into `out`
+    (`save()` after each)."""
     import importlib.util
 
     import ray
 
     gpu_name, peak = gpu_peak_flops(sizes)
     out.update(gpu=gpu_name, peak_bf16_flops=peak, sizes=asdict(sizes), comparison={})
+    overrides = options.overrides
     with tempfile.TemporaryDirectory() as tmp:
         out["model"] = write_model(sizes, Path(tmp))
         free_cuda_cache()
         address = ray.get_runtime_context().gcs_address
         out["ours"] = run_child("ours", sizes, tmp, CHILD_TIMEOUT_S, "--ray-address", address,
-                                "--overrides", json.dumps(overrides))
+                                "--overrides", json.dumps(overrides),
+                                *(["--profile"] if options.profile else []))
         save()
-        if sizes.gpu and overrides.get("weight_sync_backend") != "cuda_ipc":
-            # The CUDA IPC weight sync (not yet the default: first measured here), timed and
-            # checked in a short run of the same shape.
-            out["ours_cuda_ipc"] = run_child(
-                "ours", replace(sizes, updates=sizes.warmup + 2), tmp, CHILD_TIMEOUT_S,
+        for name in options.runs:
+            settings, measured, gpu_only = EXTRA_RUNS[name]
+            if (gpu_only and not sizes.gpu) or all(overrides.get(k) == v
+                                                   for k, v in settings.items()):
+                continue  # (the main run is this one already)
+            updates = sizes.updates if measured is None else sizes.warmup + measured
+            out[f"ours_{name}"] = run_child(
+                "ours", replace(sizes, updates=updates), tmp, CHILD_TIMEOUT_S,
                 "--ray-address", address, "--no-engine-check", "--overrides",
-                json.dumps({**overrides, "weight_sync_backend": "cuda_ipc"}))
+                json.dumps({**overrides, **settings}))
             save()
-        if skip_trl:
+        if options.skip_trl:
             out["trl"] = {"skipped": "--skip-trl"}
         elif importlib.util.find_spec("trl") is None:
             out["trl"] = {"skipped": "TRL not installed (pip install -e '.[bench]')"}
         else:
             out["trl"] = run_child("trl", sizes, tmp, CHILD_TIMEOUT_S)
-    for side in ("ours", "trl", "ours_cuda_ipc"):
+    for side in ("ours", "trl", *(f"ours_{name}" for name in EXTRA_RUNS)):
         if "measured" in out.get(side, {}):
             summarise(out[side], sizes, out["model"], peak)
-    out["comparison"] = compare(out["ours"], out["trl"], on_gpu=gpu_name != "CPU")
+    if (out["ours"].get("profile") or {}).get("passes"):
+        out["ours"]["profile"] = profile_summary.with_mfu(
+            out["ours"]["profile"], flops=update_flops(sizes, out["model"]), peak_flops=peak,
+            learn_s=out["ours"]["profile"]["update_learn_s"])
+    out["comparison"] = compare(out["ours"], out["trl"], on_gpu=gpu_name != "CPU",
+                                ours_async=out.get("ours_async"))
 
 
 def free_cuda_cache() -> None:
@@ -672,174 +676,6 @@ def free_cuda_cache() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-
-
-def peak_gib(side: dict, kind: str) -> float | None:
-    """A side's processes' peak memory of `kind` (reserved_gib, ...), summed; None if absent."""
-    values = [m.get(kind) for m in side.get("memory", {}).values()]
-    return sum(values) if values and None not in values else None
-
-
-def compare(ours: dict, trl: dict, *, on_gpu: bool) -> dict:
-    if "update_s" not in ours:
-        return {}
-    kind = "reserved_gib" if on_gpu else "rss_gib"
-    out = {"memory_kind": kind, "ours_peak_gib": peak_gib(ours, kind)}
-    if "update_s" in trl:
-        out["time_ratio"] = ours["update_s"] / trl["update_s"]
-        if out["ours_peak_gib"] and peak_gib(trl, kind):
-            out["memory_ratio"] = out["ours_peak_gib"] / peak_gib(trl, kind)
-    if "engine_vs_generate" in ours:
-        out["engine_speedup"] = ours["engine_vs_generate"]["speedup"]
-    if on_gpu:  # the goal is set for a GPU
-        if "time_ratio" in out:
-            out["goal_time"] = out["time_ratio"] <= GOAL_TIME_RATIO
-        if out["ours_peak_gib"] is not None:
-            out["goal_memory"] = out["ours_peak_gib"] <= GOAL_PEAK_GIB
-        if "engine_speedup" in out:
-            out["goal_engine"] = out["engine_speedup"] >= GOAL_ENGINE_SPEEDUP
-    return out
-
-
-# --- printing -------------------------------------------------------------------------------------
-def print_placements(rows: list[dict], sizes: Sizes) -> None:
-    print(f"\n## (a) Placements: the embedded task, TOPR, {sizes.iterations} iterations; "
-          f"held-out greedy pass@1 on {sizes.eval_problems} problems\n")
-    print("| placement | process | pid | GPU given | parameters on | engine on |")
-    print("|---|---|---|---|---|---|")
-    for row in rows:
-        for p in row.get("processes", []):
-            given = {True: "yes", False: "no", None: "- (does not sample)"}[p["gpu_given"]]
-            print(f"| {row['placement']} | {p['role']} | {p['pid']} | {given} | {p['device']} "
-                  f"| {p.get('engine', '-')} |")
-    print("\n| placement | learner GPUs | runner GPUs | held-out before -> after | s / iteration |")
-    print("|---|---|---|---|---|")
-    for row in rows:
-        if "error" in row:
-            print(f"| {row['placement']} | failed: {row['error']} ||||")
-            continue
-        print(f"| {row['placement']} | {row['num_learners'] or 'local'} x "
-              f"{row['learner_gpus']:g} | {row['num_env_runners']} x {row['runner_gpus']:g} "
-              f"| {row['before']:.3f} -> {row['after']:.3f} ({row['after'] - row['before']:+.3f})"
-              f" | {row['s_per_iteration']:.3f} |")
-
-
-def fmt(value, spec: str = ".2f", none: str = "-") -> str:
-    return none if value is None else format(value, spec)
-
-
-def print_shape(out: dict) -> None:
-    s, model = out["sizes"], out["model"]
-    print(f"\n## (b) The 403M shape against TRL ({model['parameters'] / 1e6:.1f}M parameters "
-          f"here): Llama hidden "
-          f"{s['hidden']} x {s['layers']} layers, MLP {s['intermediate']}, {s['heads']} heads, "
-          f"vocab {model['vocab']} (EOS id {model['eos_token_id']}, never sampled); "
-          f"{s['prompts']} prompts x {s['group']} x {s['tokens']} tokens, {s['dtype']}, lr {LR} "
-          f"constant, {s['updates']} updates (median of the last {s['updates'] - s['warmup']})")
-    peak = out["peak_bf16_flops"]
-    print(f"GPU: {out['gpu']}; peak dense bf16 for MFU: "
-          f"{f'{peak / 1e12:.0f} TFLOP/s' if peak else 'n/a'}")
-    for side, label in (("ours", "rllib_llm"), ("trl", "TRL")):
-        if "settings" in out.get(side, {}):
-            print(f"{label} settings: " + ", ".join(f"{k}={v!r}"
-                                                    for k, v in out[side]["settings"].items()))
-    on_gpu = out["gpu"] != "CPU"
-    devices = [f"{p['role']} on {p['device']}" for p in out.get("ours", {}).get("processes", [])]
-    if "device" in out.get("trl", {}):
-        devices.append(f"TRL's trainer on {out['trl']['device']}")
-    print("parameters, as each process reports them: " + (", ".join(devices) or "-"))
-    mem = "peak allocated / reserved GiB" if on_gpu else "peak RSS GiB"
-    print(f"\n| side | s / update | sample / learn s | tokens/s (update) | generate tokens/s "
-          f"| MFU | full-length responses | process | {mem} |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for side, label in (("ours", "rllib_llm"), ("trl", "TRL GRPOTrainer")):
-        r = out.get(side, {"error": "not run"})
-        if "update_s" not in r:
-            print(f"| {label} | {r.get('error') or r.get('skipped')} ||||||||")
-            continue
-        head = (f"| {label} | {r['update_s']:.3f} | {r['sample_s']:.3f} / {r['learn_s']:.3f} "
-                f"| {r['tokens_per_s']:,.0f} | {r['generate_tokens_per_s']:,.0f} "
-                f"| {fmt(r['mfu'], '.1%', 'n/a')} | {'yes' if r['full_length'] else 'NO'} ")
-        for name, m in r["memory"].items():
-            used = (f"{fmt(m.get('allocated_gib'))} / {fmt(m.get('reserved_gib'))}" if on_gpu
-                    else fmt(m["rss_gib"]))
-            print(f"{head}| {name} | {used} |")
-            head = "| | | | | | | "
-    print_phases(out.get("ours", {}))
-    print_cuda_ipc(out.get("ours", {}), out.get("ours_cuda_ipc"))
-    c = out["comparison"]
-    if "time_ratio" in c:
-        print(f"\nours / TRL: time {c['time_ratio']:.2f}x, memory ({c['memory_kind']}, all "
-              f"processes) {fmt(c.get('memory_ratio'))}x")
-    print(goal_line(c, on_gpu))
-
-
-def print_cuda_ipc(ours: dict, ipc: dict | None) -> None:
-    """The short run with weight_sync_backend='cuda_ipc' against the shipped sync."""
-    if ipc is None:
-        return
-    if "phases" not in ipc:
-        print(f"\nweight sync through cuda_ipc: {ipc.get('error') or 'no measured update'}")
-        return
-    print("\n| weight sync | s in all | of it the runner's load | s / update | runners hold "
-          "the learner's weights |")
-    print("|---|---|---|---|---|")
-    for label, side in ((ours.get("weights_synced", {}).get("backend", "shipped"), ours),
-                        ("cuda_ipc", ipc)):
-        if "phases" in side:
-            p = side["phases"]
-            load = p["weight load (runner)"]
-            print(f"| {label} | {p['weight sync (driver)'] + load:.3f} | {load:.3f} | "
-                  f"{side['update_s']:.3f} | "
-                  f"{'yes' if side.get('weights_synced', {}).get('ok') else 'NO'} |")
-
-
-def print_phases(ours: dict) -> None:
-    """Our side: the budgets its processes sized, where an update's time went, and the engine
-    alone against model.generate."""
-    if "sized" in ours:
-        print("\nrllib_llm, as its processes settled the 'auto' settings on their device: "
-              + (", ".join(f"{k}={v!r}" for k, v in ours["sized"].items()) or "-"))
-    if "phases" in ours:
-        print("\n| phase of an update (rllib_llm) | median s | share of s / update |")
-        print("|---|---|---|")
-        for name, seconds in ours["phases"].items():
-            print(f"| {name} | {seconds:.3f} | {seconds / ours['update_s']:.0%} |")
-        print(f"| **s / update** | {ours['update_s']:.3f} | 100% |")
-    synced = ours.get("weights_synced")
-    if synced:
-        print(f"\nafter the last weight sync ({synced['backend']}) the runners' engines hold the "
-              f"learner's weights: {'yes' if synced['ok'] else 'NO: ' + str(synced['runners'])}")
-    e = ours.get("engine_vs_generate")
-    if e:
-        print(f"\nengine alone: {e['engine_tokens_per_s']:,.0f} tokens/s ({e['engine_s']:.2f} s) "
-              f"against model.generate's {e['generate_tokens_per_s']:,.0f} ({e['generate_s']:.2f} "
-              f"s): {e['speedup']:.2f}x")
-    if e.get("graph_failure"):
-        print(f"the engine's CUDA-graph capture FAILED and it decoded eagerly: "
-              f"{e['graph_failure']}")
-    if "eager_s" in e:
-        print(f"the engine's CUDA-graph decode against its eager step (same seed): "
-              f"{e['engine_tokens_per_s']:,.0f} against {e['eager_tokens_per_s']:,.0f} tokens/s "
-              f"({e['engine_tokens_per_s'] / e['eager_tokens_per_s']:.2f}x); identical rows "
-              f"{e['identical_rows']:.0%}, largest |logp difference| before a row differs "
-              f"{e['max_logp_difference']:.2e}")
-
-
-def goal_line(c: dict, on_gpu: bool) -> str:
-    """The issue's goal, each part with its verdict (met / NOT MET / n/a where not measured)."""
-    if not on_gpu:
-        return ("goal (time against TRL, GPU memory, engine against model.generate): n/a on the "
-                "CPU")
-    return (f"goal: s/update {fmt(c.get('time_ratio'))}x TRL's <= {GOAL_TIME_RATIO}x: "
-            f"{verdict(c.get('goal_time'))}; learner + runner peak reserved "
-            f"{fmt(c.get('ours_peak_gib'))} GiB <= {GOAL_PEAK_GIB:.0f} GiB: "
-            f"{verdict(c.get('goal_memory'))}; engine alone {fmt(c.get('engine_speedup'))}x "
-            f"model.generate >= {GOAL_ENGINE_SPEEDUP:.0f}x: {verdict(c.get('goal_engine'))}")
-
-
-def verdict(ok: bool | None) -> str:
-    return {True: "met", False: "NOT MET", None: "n/a"}[ok]
 
 
 # --- main -----------------------------------------------------------------------------------------
@@ -855,23 +691,22 @@ def failures_of(report: dict, sizes: Sizes) -> list[str]:
         if sizes.gpu and row["after"] - row["before"] < MIN_GAIN:
             failures.append(f"placement {name!r} did not learn: held-out {row['before']:.3f} -> "
                             f"{row['after']:.3f} (needs +{MIN_GAIN})")
-    shape = report.get("shape", {})
+    shape, name = report.get("shape", {}), f"{sizes.name} shape"
     if "error" in shape:
-        failures.append(f"403M shape raised: {shape['error']}")
-    for side in ("ours", "trl"):
+        failures.append(f"{name} raised: {shape['error']}")
+    for side in ("ours", "trl", *(f"ours_{run}" for run in EXTRA_RUNS)):
         r = shape.get(side, {})
         if "error" in r:
-            failures.append(f"403M shape, {side}: {r['error']}")
+            failures.append(f"{name}, {side}: {r['error']}")
         if r.get("full_length") is False:
-            failures.append(f"403M shape, {side}: responses ended before {sizes.tokens} tokens")
-        failures += [f"403M shape, {side}: {p}" for p in r.get("problems", [])]
-    if "error" in shape.get("ours_cuda_ipc", {}):
-        failures.append(f"403M shape, ours with cuda_ipc: {shape['ours_cuda_ipc']['error']}")
-    for side in ("ours", "ours_cuda_ipc"):
-        synced = shape.get(side, {}).get("weights_synced")
+            failures.append(f"{name}, {side}: responses ended before {sizes.tokens} tokens")
+        failures += [f"{name}, {side}: {p}" for p in r.get("problems", [])]
+        synced = r.get("weights_synced")
         if synced and not synced["ok"]:
-            failures.append(f"403M shape, {side}: after the last {synced['backend']} sync the "
+            failures.append(f"{name}, {side}: after the last {synced['backend']} sync the "
                             f"runners' weights are not the learner's: {synced['runners']}")
+        if "error" in (r.get("profile") or {}):
+            failures.append(f"{name}, {side}: the profiled update: {r['profile']['error']}")
     return failures
 
 
@@ -897,11 +732,18 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--parts", nargs="+", default=["placements", "shape"],
                         choices=("placements", "shape"))
     parser.add_argument("--iterations", type=int, help="training iterations per placement")
-    parser.add_argument("--updates", type=int, help="updates per side of the 403M shape")
+    parser.add_argument("--shape", choices=tuple(SHAPES), default="403m",
+                        help="the model and batch of the shape part (benchmarks/gpu/shapes.py)")
+    parser.add_argument("--updates", type=int, help="updates per side of the shape")
     parser.add_argument("--skip-trl", action="store_true")
     parser.add_argument("--ours-set", action="append", default=[], metavar="NAME=JSON",
-                        help="a training setting for our side of the 403M shape (repeatable), "
+                        help="a training setting for our side of the shape (repeatable), "
                              "e.g. max_tokens_per_micro_batch=65536")
+    parser.add_argument("--runs", nargs="*", choices=tuple(EXTRA_RUNS), default=["cuda_ipc"],
+                        help="short runs of our side beside the main one (cuda_ipc: GPU only; "
+                             "async: max_staleness=1); none: --runs alone")
+    parser.add_argument("--profile", action="store_true",
+                        help="one more update of our main run under torch.profiler, summarised")
     parser.add_argument("--overrides", default="{}", help=argparse.SUPPRESS)
     parser.add_argument("--no-engine-check", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child", choices=("ours", "trl"), help=argparse.SUPPRESS)
@@ -917,12 +759,12 @@ def main() -> None:
     if args.child:
         sizes = Sizes(**json.loads(args.sizes))
         result = (run_ours(sizes, args.path, args.ray_address, json.loads(args.overrides),
-                           engine_check=not args.no_engine_check)
+                           engine_check=not args.no_engine_check, profile=args.profile)
                   if args.child == "ours"
                   else run_trl(sizes, args.path))
         print(json.dumps(result, default=str))
         return
-    sizes = SMALL if args.small else FULL
+    sizes = SHAPES[args.shape][1 if args.small else 0]
     sizes = replace(sizes, **{k: v for k, v in (("iterations", args.iterations),
                                                   ("updates", args.updates)) if v is not None})
     import ray
@@ -959,17 +801,19 @@ def main() -> None:
         print_placements(report["placements"], sizes)
 
     def shape() -> None:
-        print("# the 403M shape", file=sys.stderr, flush=True)
+        print(f"# the {sizes.name} shape", file=sys.stderr, flush=True)
         report["shape"] = {}
+        options = ShapeOptions(skip_trl=args.skip_trl, overrides=ours_settings(args.ours_set),
+                               runs=tuple(args.runs), profile=args.profile)
         try:
-            run_shape(sizes, args.skip_trl, report["shape"], save, ours_settings(args.ours_set))
+            run_shape(sizes, options, report["shape"], save)
         except Exception as e:  # reported; the tables still print
             report["shape"]["error"] = repr(e)[:500]
         save()
         if "model" in report["shape"]:
             print_shape(report["shape"])
         else:
-            print(f"\n## (b) The 403M shape: failed: {report['shape'].get('error')}")
+            print(f"\n## (b) The {sizes.name} shape: failed: {report['shape'].get('error')}")
 
     # In the order asked: on a short GPU loan, the part that matters most first.
     for part in dict.fromkeys(args.parts):

@@ -25,7 +25,7 @@ def gpu_check(tmp_path_factory, part: str) -> dict:
     keeps the check from running twice whole (about 50 s a part, 80 s both in one process)."""
     path = tmp_path_factory.mktemp("gpu_check") / "report.json"
     run = subprocess.run([sys.executable, "benchmarks/gpu/gpu_check.py", "--small", "--parts", part,
-                          "--json", str(path),
+                          "--json", str(path), "--profile",
                           "--ours-set", f"max_tokens_per_micro_batch={OURS_BUDGET}"],
                          capture_output=True, text=True, timeout=300, cwd=ROOT,
                          env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -71,6 +71,11 @@ def test_the_shape_ran_our_side_and_ran_or_skipped_trls(shape_report):
     assert all(m["rss_gib"] > 0 for m in ours["memory"].values())
     assert ours["mfu"] is None  # no GPU peak on the CPU
     assert ours["settings"]["max_tokens_per_micro_batch"] == OURS_BUDGET
+    # --profile: one more update under torch.profiler, its learn phase by pass (no old-logp
+    # pass: the learner trains on the sampler's log-probs here).
+    passes = {p["pass"]: p for p in ours["profile"]["passes"]}
+    assert set(passes) == {"rllib_llm/forward", "rllib_llm/backward", "rllib_llm/optimizer_step"}
+    assert all(p["host_s"] > 0 for p in passes.values()) and ours["profile"]["top"]
     if "skipped" in trl:
         assert trl["skipped"]  # the reason
     else:
