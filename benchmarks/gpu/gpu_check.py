@@ -473,8 +473,11 @@ def profiled_update(algo) -> dict:
     from rllib_llm.outputs.metric_names import TIME_LEARN_S
 
     start = time.perf_counter()
-    result, trace = profile_summary.profiled(algo.train)
-    summary = profile_summary.summarize(trace)
+    try:
+        result, trace = profile_summary.profiled(algo.train)
+        summary = profile_summary.summarize(trace)
+    except Exception as e:  # reported (a failure); the measured updates stand
+        return {"error": repr(e)[:500]}
     return {**summary, "update_learn_s": metric(result, TIME_LEARN_S),
             "profiled_update_s": time.perf_counter() - start}
 

@@ -75,8 +75,11 @@ def trace_of(events) -> Trace:
     from torch.autograd import DeviceType
 
     host = [e for e in events if e.device_type == DeviceType.CPU]
-    # A device span's linked_correlation_id is its launching host op's id (torch's own pairing).
-    began = {e.id: e.time_range.start for e in host if not e.is_async}
+    # A device span's linked_correlation_id is its launching host op's id (torch's own pairing;
+    # a torch without it: the span's own start stands in, late by the launch queue's length).
+    # (Host ops only: a runtime call's id is CUDA's correlation id, another numbering.)
+    began = {e.id: e.time_range.start for e in host
+             if not e.is_async and not getattr(e, "linked_correlation_id", 0)}
     labels, ops, device, launches, syncs = [], [], [], [], []
     for e in events:
         start, end = e.time_range.start, e.time_range.end
@@ -85,8 +88,9 @@ def trace_of(events) -> Trace:
                 labels.append(Span(e.name, start, end))
         elif e.device_type != DeviceType.CPU:
             if not getattr(e, "is_user_annotation", False):
+                launched = began.get(getattr(e, "linked_correlation_id", None))
                 device.append(Span(e.name, start, end, end - start,
-                                   began.get(e.linked_correlation_id)))
+                                   start if launched is None else launched))
         elif any(key in e.name for key in LAUNCHES):
             launches.append(Span(e.name, start, end))
         elif any(key in e.name for key in SYNCS):

@@ -99,3 +99,33 @@ def test_a_cpu_profile_of_one_update_has_every_pass():
     assert any("mm" in t["op"] or "linear" in t["op"] for t in summary["top"])
     lines = ps.table_lines(ps.with_mfu(summary, flops=1.0, peak_flops=None, learn_s=1.0))
     assert any(line.startswith(f"| {BACKWARD} |") for line in lines)
+
+
+def test_a_gpu_traces_events_sort_into_labels_kernels_launches_and_syncs():
+    # What torch.profiler's events() holds on a GPU, made up: the label on the host and again on
+    # the device (skipped there), a host op that launches a kernel, the launch call, a sync.
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    def event(name, start, end, device=DeviceType.CPU, id=0, linked=0, annotation=False):
+        return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start, end=end),
+                               device_type=device, id=id, linked_correlation_id=linked,
+                               is_user_annotation=annotation, is_async=False,
+                               self_cpu_time_total=end - start)
+
+    trace = ps.trace_of([
+        event(FORWARD, 0, 100, annotation=True),
+        event(FORWARD, 5, 400, DeviceType.CUDA, annotation=True),
+        event("aten::mm", 10, 30, id=7),
+        event("cudaLaunchKernel", 12, 20, linked=7),
+        event("sm90_gemm", 150, 300, DeviceType.CUDA, linked=7),
+        event("cudaStreamSynchronize", 40, 90),
+    ])
+    assert trace.labels == [ps.Span(FORWARD, 0, 100)]
+    assert trace.device == [ps.Span("sm90_gemm", 150, 300, 150, 10)]  # launched at 10 us
+    assert [s.name for s in trace.launches] == ["cudaLaunchKernel"]
+    assert [s.name for s in trace.syncs] == ["cudaStreamSynchronize"]
+    assert [s.name for s in trace.host_ops] == ["aten::mm"]
+    forward, = ps.summarize(trace)["passes"]
+    assert (forward["device_s"], forward["kernels"]) == (pytest.approx(150e-6), 1)
