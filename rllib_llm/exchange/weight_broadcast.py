@@ -27,12 +27,12 @@ Memory: the sender fills each bucket's buffer a piece at a time and frees it bef
 so a sync holds one bucket beyond the weights themselves (a single row larger than a bucket is
 a bucket of its own). An FSDP2 learner passes its sharded weights (DTensors): each piece's rows
 are read from the ranks that own them straight into the bucket (`weight_pieces.gather_rows`),
-so no rank holds a weight whole: SmolLM2-135M in 8 MiB buckets held 8 MiB against 622 MiB sent
-from a whole state dict (and 108 MiB, its embedding, when a weight travelled whole;
+so no rank holds a weight whole: SmolLM2-135M in 8 MiB buckets held 7.9 MiB against 522 MiB
+sent from a whole state dict (and 108 MiB, its embedding, when a weight travelled whole;
 `benchmarks/memory/weight_sync_memory.py`). A receiver holds the bucket arriving and the one its
-engine last read: the torch engine copies each piece into its weight's rows in place
-(`receive_pieces`); an engine that loads whole tensors (vLLM) also holds a weight larger than a
-bucket while it is assembled (`receive`).
+engine last read (the torch engine: 16 MiB at 8 MiB): the torch engine copies each piece into
+its weight's rows in place (`receive_pieces`); an engine that loads whole tensors (vLLM) also
+holds a weight larger than a bucket while it is assembled (`receive`).
 """
 
 from __future__ import annotations
