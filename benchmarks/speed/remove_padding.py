@@ -136,6 +136,8 @@ def peak_flops() -> float | None:
 
     if not torch.cuda.is_available():
         return None
+    # gpu_check.py and the modules it imports live in benchmarks/gpu/, which is not on sys.path.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
     from gpu_check import PEAK_BF16_FLOPS
 
     name = torch.cuda.get_device_name()
