@@ -243,6 +243,10 @@ class RLVRConfig(AlgorithmConfig):
     learners: each decoder layer and the root sharded, so each of num_learners >= 1 learners holds
     1/num_learners of the weights, gradients and Adam's state; sharded checkpoints, weight syncs
     gathered weight_sync_bucket_bytes at a time)."""
+    fsdp_reshard_after_forward: bool | str
+    """Under learner_strategy='fsdp2', whether each decoder layer frees its gathered weights after
+    its forward (torch's fully_shard(reshard_after_forward=...), verl's
+    fsdp_config.reshard_after_forward)."""
     zero_stage: _ZeroStage
     """DeepSpeed's ZeRO stage with learner_strategy='deepspeed': 2 partitions Adam's state and the
     gradients across the learners (each keeps the full weights); 3 partitions the weights too (the
@@ -480,6 +484,7 @@ class RLVRConfig(AlgorithmConfig):
         entropy_coef: float = ...,
         positive_nll_coef: float = ...,
         learner_strategy: _LearnerStrategy = ...,
+        fsdp_reshard_after_forward: bool | str = ...,
         zero_stage: _ZeroStage = ...,
         offload_optimizer: bool = ...,
         offload_param: bool = ...,

@@ -184,6 +184,19 @@ LEARNING_FIELDS: tuple[Field, ...] = (
           "learner ('global_norm': the whole model's norm over the shards); autocast_dtype "
           "must be None (model_dtype 'bfloat16' is FSDP2's own mixed precision).",
           one_of(("torch", "deepspeed", "fsdp2")), "learners"),
+    Field("fsdp_reshard_after_forward", AUTO,
+          "Under learner_strategy='fsdp2', whether each decoder layer frees its gathered weights "
+          "after its forward (torch's fully_shard(reshard_after_forward=...), verl's "
+          "fsdp_config.reshard_after_forward). True: gathered for the forward, freed, gathered "
+          "again for the backward, so at most one layer (and the root: embeddings, final norm, "
+          "LM head) is whole at a time. False: kept whole from the forward to the backward (and "
+          "through a scoring pass), one all-gather per layer and micro-batch instead of two, at "
+          "the memory of the whole model's weights during an update; between updates every "
+          "learner holds its shards either way (weights, gradients and Adam's state). 'auto' = "
+          "True on a GPU, False on a CPU learner, where each of gloo's collectives costs a "
+          "round of waking both processes and host memory is plentiful (the embedded model's "
+          "update: benchmarks/RESULTS.md, \"Learner strategies\").",
+          boolean_or_auto, "learners", annotation='bool | str'),
     Field("zero_stage", 2,
           "DeepSpeed's ZeRO stage with learner_strategy='deepspeed': 2 partitions Adam's state "
           "and the gradients across the learners (each keeps the full weights); 3 partitions the "

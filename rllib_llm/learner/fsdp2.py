@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import (
+    FSDPModule,
     MixedPrecisionPolicy,
     fully_shard,
     register_fsdp_forward_method,
@@ -55,11 +56,18 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 
 def shard_model(model: torch.nn.Module, mesh, *, model_dtype: str,
-                forward_method: str | None = None, layers: bool = True) -> torch.nn.Module:
+                forward_method: str | None = None, layers: bool = True,
+                reshard_after_forward: bool = True) -> torch.nn.Module:
     """`fully_shard` each decoder layer (where `layers`), then the root (whatever the layers
     leave: embeddings, final norm, LM head, tied or not) over `mesh`; in place. The weights
     become float32 shards (the master weights a 16-bit `model_dtype` computes from:
     `mixed_precision`).
+
+    `reshard_after_forward` (the config's fsdp_reshard_after_forward): whether each layer frees
+    its gathered weights after its forward, to gather them again for its backward. The root
+    keeps torch's choice either way: whole from its forward to its backward, which begins with
+    it. A forward without a backward (scoring, a frozen model) leaves whatever was kept whole:
+    `reshard` frees it.
 
     `forward_method`: the name under which the root gets a second forward, `fn -> fn()`
     registered with torch's `register_fsdp_forward_method`, for callers that run the trunk and
@@ -70,7 +78,8 @@ def shard_model(model: torch.nn.Module, mesh, *, model_dtype: str,
     model.float()
     policy = mixed_precision(model_dtype)
     for layer in decoder_layers(model) if layers else ():
-        fully_shard(layer, mesh=mesh, mp_policy=policy)
+        fully_shard(layer, mesh=mesh, mp_policy=policy,
+                    reshard_after_forward=reshard_after_forward)
     fully_shard(model, mesh=mesh, mp_policy=policy)
     if forward_method is not None:
         setattr(model, forward_method, _call)
@@ -78,8 +87,25 @@ def shard_model(model: torch.nn.Module, mesh, *, model_dtype: str,
     return model
 
 
+def reshards_after_forward(setting: bool | str, device: torch.device) -> bool:
+    """fsdp_reshard_after_forward for a learner on `device`: 'auto' = on a GPU only. On a CPU
+    each collective of gloo wakes both processes (about 2 ms on 2 busy cores), which a layer's
+    second all-gather doubles, and host memory holds the whole model anyway."""
+    return device.type != "cpu" if setting == "auto" else bool(setting)
+
+
 def _call(fn: Callable[[], Any]) -> Any:
     return fn()
+
+
+def reshard(model: torch.nn.Module) -> None:
+    """Free every gathered weight of a sharded `model`, back to this rank's shards (nothing is
+    communicated). FSDP2 frees a layer kept whole after its forward (and always the root) in
+    the backward that follows; a no-grad forward (old and reference log-probs, values, a
+    frozen reference or teacher) has none, and would leave them whole until the next."""
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
 
 
 def local_part(tensor: torch.Tensor) -> torch.Tensor:

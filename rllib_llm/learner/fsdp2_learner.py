@@ -37,6 +37,7 @@ so it restores into a torch learner too.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -56,6 +57,7 @@ from rllib_llm.learner.module import (
     IN_OWN_FORWARD,
     MODEL,
     REFERENCE,
+    RELEASE_GATHERED,
     TEACHER,
     VALUE_HEAD,
 )
@@ -81,10 +83,14 @@ class FSDP2RLVRLearner(RLVRLearner):
         module = multi[DEFAULT_MODULE_ID]
         device = torch.device(self._device)
         mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+        reshard = fsdp2.reshards_after_forward(self.config.fsdp_reshard_after_forward, device)
         for name in SHARDED_MODELS:
             if hasattr(module, name):
-                fsdp2.shard_model(getattr(module, name), mesh, model_dtype=self.config.model_dtype,
-                                  forward_method=IN_OWN_FORWARD)
+                model = fsdp2.shard_model(getattr(module, name), mesh,
+                                          model_dtype=self.config.model_dtype,
+                                          forward_method=IN_OWN_FORWARD,
+                                          reshard_after_forward=reshard)
+                setattr(model, RELEASE_GATHERED, functools.partial(fsdp2.reshard, model))
         if hasattr(module, VALUE_HEAD):  # a Linear on the policy's trunk: no layers, a forward
             fsdp2.shard_model(module.value_head, mesh, model_dtype=self.config.model_dtype,
                               layers=False)
@@ -92,6 +98,15 @@ class FSDP2RLVRLearner(RLVRLearner):
             module, bucket_bytes=self.config.weight_sync_bucket_bytes,
             first=dist.get_rank() == 0)
         return multi
+
+    def _update(self, batch: dict[str, Any], **kwargs):
+        """The update, then every model back to its shards: the scoring passes before it (old
+        and reference log-probs, values) gathered weights that no backward freed, and a frozen
+        model has none (`fsdp2.reshard`)."""
+        try:
+            return super()._update(batch, **kwargs)
+        finally:
+            fsdp2.reshard(self.module[DEFAULT_MODULE_ID])
 
     def _apply_step(self, step: dict[str, float], total: torch.Tensor, *,
                     pretraining: bool) -> dict[str, float]:

@@ -56,6 +56,9 @@ TEACHER = "teacher_model"
 RUN_IN_FORWARD = "run_in_forward"
 # A model's second forward, fn -> fn(), that FSDP2 learners register (fsdp2.shard_model).
 IN_OWN_FORWARD = "in_own_forward"
+# What frees the weights a sharded model gathered, () -> None, that FSDP2 learners set: a
+# no-grad forward has no backward to free them (fsdp2.reshard).
+RELEASE_GATHERED = "release_gathered"
 CRITIC = "critic"  # a separate value model (models/value_model.py)
 VALUE_HEAD = "value_head"  # a value head on the policy's own trunk
 # Hugging Face config attributes of a step between the LM head and the logits (Gemma's soft-capping,
@@ -401,6 +404,7 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
                 unpadded=self.remove_padding)
         finally:
             model.train(was_training)
+            release_gathered(model)
 
     # A DeepSpeed learner sets `forward_via` to a call of its engine's forward, which runs the
     # module's forward_train: DeepSpeed starts its bookkeeping for a forward there (gradient
@@ -535,6 +539,15 @@ def in_own_forward(model: torch.nn.Module, fn):
     embeddings and heads, in a forward only), else plainly."""
     run = getattr(model, IN_OWN_FORWARD, None)
     return fn() if run is None else run(fn)
+
+
+def release_gathered(model: torch.nn.Module) -> None:
+    """Free what a sharded `model` gathered in a no-grad pass (`RELEASE_GATHERED`), so that
+    nothing done between passes (peft switching adapters' requires_grad) acts on whole copies
+    FSDP2 then drops; nothing for an unsharded model."""
+    release = getattr(model, RELEASE_GATHERED, None)
+    if release is not None:
+        release()
 
 
 def enable_gradient_checkpointing(model: torch.nn.Module) -> None:

@@ -55,9 +55,11 @@ def test_the_config_refuses_what_the_fsdp2_learner_does_not_do():
             cfg.validate()
     with pytest.raises(ValueError, match="configure DeepSpeed's ZeRO, but learner_strategy='fsdp2'"):
         fsdp2_config(offload_optimizer=True).validate()
+    with pytest.raises(ValueError, match="fsdp_reshard_after_forward.*must be True, False or 'auto'"):
+        fsdp2_config(fsdp_reshard_after_forward="yes").validate()
     # What it combines with (the equivalence tests below train each against a torch learner).
     for settings in (SCORING, LORA_CRITIC, {"adv_estimator": "gae", "critic_shares_trunk": True},
-                     {"grad_clip_by": "value"},
+                     {"grad_clip_by": "value"}, {"fsdp_reshard_after_forward": True},
                      {"model_dtype": "bfloat16", "gradient_checkpointing": True}):
         fsdp2_config(**settings).validate()
 
@@ -92,6 +94,45 @@ def test_bfloat16_computes_over_float32_shards_and_reduces_in_float32(tmp_path):
         grads = [p.grad for p in model.parameters()]
         assert {fsdp2.local_part(g).dtype for g in grads} == {torch.float32}
         assert float(fsdp2.grad_norm(grads)) > 0
+    finally:
+        dist.destroy_process_group()
+
+
+def test_reshard_after_forward_keeps_layers_whole_until_their_backward(tmp_path):
+    """fsdp_reshard_after_forward: True frees each layer's gathered weights after its forward,
+    False keeps them whole until its backward frees them; a no-grad forward leaves whatever it
+    kept whole (the root always) until `fsdp2.reshard` (one process: a world of one). 'auto' is
+    True on a GPU only."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor
+
+    from rllib_llm.models import load_model
+
+    def whole(model) -> dict[str, bool]:  # FSDP2 swaps in a plain tensor while gathered
+        return {"layer": not isinstance(model.model.layers[0].mlp.up_proj.weight, DTensor),
+                "root": not isinstance(model.lm_head.weight, DTensor)}
+
+    assert [fsdp2.reshards_after_forward("auto", torch.device(d)) for d in ("cpu", "cuda")] \
+        == [False, True]
+    assert fsdp2.reshards_after_forward(True, torch.device("cpu")) is True
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)
+    try:
+        ids = torch.tensor([[5, 6, 7, 8]])
+        for reshard in (True, False):
+            model = fsdp2.shard_model(load_model("embedded", dtype="float32"),
+                                      init_device_mesh("cpu", (1,)), model_dtype="float32",
+                                      reshard_after_forward=reshard)
+            loss = model(ids).logits.logsumexp(-1).sum()
+            assert whole(model) == {"layer": not reshard, "root": True}, reshard
+            loss.backward()
+            assert whole(model) == {"layer": False, "root": False}, reshard
+            with torch.no_grad():
+                model(ids)
+            assert whole(model) == {"layer": not reshard, "root": True}, reshard
+            fsdp2.reshard(model)
+            assert whole(model) == {"layer": False, "root": False}, reshard
     finally:
         dist.destroy_process_group()
 
