@@ -627,15 +627,18 @@ class ShapeOptions:
 
 
 def run_shape(sizes: Sizes, options: ShapeOptions, out: dict, save) -> None:
-    """Both sides of the shape, our extra runs between them, one after the other, into `out`
-    (`save()` after each)."""
-    import importlib.util
-
+    """Our main run, TRL's side, then our extra runs, one after the other, into `out`, summarised
+    and saved after each (a step's timeout then loses only what had not finished)."""
     import ray
 
     gpu_name, peak = gpu_peak_flops(sizes)
     out.update(gpu=gpu_name, peak_bf16_flops=peak, sizes=asdict(sizes), comparison={})
     overrides = options.overrides
+
+    def checkpoint() -> None:
+        summarise_all(out, sizes, peak)
+        save()
+
     with tempfile.TemporaryDirectory() as tmp:
         out["model"] = write_model(sizes, Path(tmp))
         free_cuda_cache()
@@ -643,7 +646,9 @@ def run_shape(sizes: Sizes, options: ShapeOptions, out: dict, save) -> None:
         out["ours"] = run_child("ours", sizes, tmp, CHILD_TIMEOUT_S, "--ray-address", address,
                                 "--overrides", json.dumps(overrides),
                                 *(["--profile"] if options.profile else []))
-        save()
+        checkpoint()
+        out["trl"] = run_trl_side(sizes, tmp, options.skip_trl)
+        checkpoint()
         for name in options.runs:
             settings, measured, gpu_only = EXTRA_RUNS[name]
             if (gpu_only and not sizes.gpu) or all(overrides.get(k) == v
@@ -654,21 +659,30 @@ def run_shape(sizes: Sizes, options: ShapeOptions, out: dict, save) -> None:
                 "ours", replace(sizes, updates=updates), tmp, CHILD_TIMEOUT_S,
                 "--ray-address", address, "--no-engine-check", "--overrides",
                 json.dumps({**overrides, **settings}))
-            save()
-        if options.skip_trl:
-            out["trl"] = {"skipped": "--skip-trl"}
-        elif importlib.util.find_spec("trl") is None:
-            out["trl"] = {"skipped": "TRL not installed (pip install -e '.[bench]')"}
-        else:
-            out["trl"] = run_child("trl", sizes, tmp, CHILD_TIMEOUT_S)
+            checkpoint()
+
+
+def run_trl_side(sizes: Sizes, path: str, skip: bool) -> dict:
+    import importlib.util
+
+    if skip:
+        return {"skipped": "--skip-trl"}
+    if importlib.util.find_spec("trl") is None:
+        return {"skipped": "TRL not installed (pip install -e '.[bench]')"}
+    return run_child("trl", sizes, path, CHILD_TIMEOUT_S)
+
+
+def summarise_all(out: dict, sizes: Sizes, peak: float | None) -> None:
+    """Each finished side's medians, the profiled update's MFU, the comparison (idempotent)."""
     for side in ("ours", "trl", *(f"ours_{name}" for name in EXTRA_RUNS)):
         if "measured" in out.get(side, {}):
             summarise(out[side], sizes, out["model"], peak)
-    if (out["ours"].get("profile") or {}).get("passes"):
+    profile = out["ours"].get("profile") or {}
+    if profile.get("passes"):
         out["ours"]["profile"] = profile_summary.with_mfu(
-            out["ours"]["profile"], flops=update_flops(sizes, out["model"]), peak_flops=peak,
-            learn_s=out["ours"]["profile"]["update_learn_s"])
-    out["comparison"] = compare(out["ours"], out["trl"], on_gpu=gpu_name != "CPU",
+            profile, flops=update_flops(sizes, out["model"]), peak_flops=peak,
+            learn_s=profile["update_learn_s"])
+    out["comparison"] = compare(out["ours"], out.get("trl", {}), on_gpu=out["gpu"] != "CPU",
                                 ours_async=out.get("ours_async"))
 
 

@@ -2,12 +2,13 @@
 # Issue 50's GPU figures as prepared device calls (a GPU loan is 15 minutes in all, the machine's
 # start included; a call at most 10). Each step runs under its own timeout, so what finished still
 # comes back, and writes NAME.log (and NAME.json) under OUT:
-#   defaults    gpu_check.py's 403M shape at the shipped defaults against TRL's GRPOTrainer, with
-#               beside it the CUDA IPC weight sync (3 updates) and the asynchronous path
-#               (max_staleness=1, 5 updates: s/update against the synchronous run's and TRL's),
-#               then one more synchronous update under torch.profiler: the learn phase by pass,
-#               kernels, launches, host gaps, top kernels, MFU (~6 minutes on one H200: the shape
-#               took ~4 before the async run and the profile were added);
+#   defaults    gpu_check.py's 403M shape at the shipped defaults against TRL's GRPOTrainer: ours
+#               with one more update under torch.profiler after the measured ones (the learn
+#               phase by pass, kernels, launches, host gaps, top kernels, MFU), TRL's, then ours
+#               again with the CUDA IPC weight sync (3 updates) and on the asynchronous path
+#               (max_staleness=1, 5 updates: s/update against the synchronous run's and TRL's).
+#               Each saved to defaults.json when it ends (~6 minutes on one H200, estimated: the
+#               shape without the profile and the async run took ~4);
 #   candidates  ours only, with what "auto" would turn on if it pays: use_remove_padding with
 #               flex attention and the CUDA IPC sync (~2 minutes). Its learn-phase MFU against
 #               the defaults step's TRL is the learner goal;
