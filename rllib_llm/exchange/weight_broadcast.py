@@ -38,8 +38,11 @@ holds a weight larger than a bucket while it is assembled (`receive`).
 from __future__ import annotations
 
 import datetime
+import os
+import re
 import socket
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import torch
@@ -135,9 +138,31 @@ def join_group(backend: str, *, host: str, port: int, rank: int, world_size: int
         return dist.ProcessGroupGloo(store, rank, world_size, timeout)
     if backend == "nccl":
         options = dist.ProcessGroupNCCL.Options()
-        options._timeout = timeout
-        return dist.ProcessGroupNCCL(store, rank, world_size, options)
+        options._timeout = timeout  # the watchdog's limit for each collective of this group
+        with _nccl_clean_up_only():
+            return dist.ProcessGroupNCCL(store, rank, world_size, options)
     raise ValueError(f"weight_sync_backend={backend!r}: a broadcast uses one of {BACKENDS}")
+
+
+_NCCL_ERROR_HANDLING = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+
+
+@contextmanager
+def _nccl_clean_up_only() -> Iterator[None]:
+    """`TORCH_NCCL_ASYNC_ERROR_HANDLING=2` while an NCCL group is built (torch reads it then, per
+    group), unless the user set it. torch's default, 3, has the watchdog take the whole process
+    down when a collective outlives the group's timeout: a runner that died mid-broadcast would
+    then kill the learner too. 2 aborts this group's communicator and leaves the process alive,
+    the blocked `wait` raising (torch's "ProcessGroupNCCL environment variables"). Not run here:
+    the tests have no GPUs; gloo runs the same timeout path."""
+    if _NCCL_ERROR_HANDLING in os.environ:
+        yield
+        return
+    os.environ[_NCCL_ERROR_HANDLING] = "2"
+    try:
+        yield
+    finally:
+        del os.environ[_NCCL_ERROR_HANDLING]
 
 
 class Sender:
@@ -185,13 +210,21 @@ class Sender:
         (collective: every rank of their mesh reads the same pieces, `weight_pieces.copy_rows`;
         a broadcast sync has one learner, whose mesh is itself)."""
         if self.group is None:
-            raise RuntimeError("Sender.send before join(): the receivers have not joined yet")
-        _broadcast(self.group, torch.tensor([version], dtype=torch.int64, device=self.device))
-        payloads = self._payloads(state_dict)
-        for flat, checksum in (self.in_transit or iter)(payloads):
-            _broadcast(self.group, flat)
-            _broadcast(self.group, checksum)
-            del flat, checksum  # before the next bucket is filled: one bucket at a time
+            raise RuntimeError("Sender.send before join() (or after a broken broadcast): the "
+                               "receivers have not joined a group")
+        try:
+            _broadcast(self.group, torch.tensor([version], dtype=torch.int64, device=self.device))
+            payloads = self._payloads(state_dict)
+            for flat, checksum in (self.in_transit or iter)(payloads):
+                _broadcast(self.group, flat)
+                _broadcast(self.group, checksum)
+                del flat, checksum  # before the next bucket is filled: one bucket at a time
+        except BaseException:
+            # Whatever stopped the stream (a broken broadcast, an error filling a bucket), the
+            # group is out of step. This was its last reference: it closes its connections, so
+            # every receiver's broadcast fails now instead of after its own timeout.
+            self.group = None
+            raise
 
     def _payloads(self, state_dict: dict[str, torch.Tensor]) -> Iterator[Payload]:
         """Each bucket filled from `state_dict` a piece at a time, and its checksum, on the
@@ -281,8 +314,40 @@ def _views(flat: torch.Tensor, bucket: list[Piece]) -> list[torch.Tensor]:
             for part, piece in zip(flat.split([p.numel for p in bucket]), bucket, strict=True)]
 
 
+class BroadcastBroken(RuntimeError):
+    """A broadcast of the group failed: a rank left it (its process died) or did not take part
+    within the group's timeout. The group is unusable after that; the caller builds a new one."""
+
+
 def _broadcast(group: dist.ProcessGroup, tensor: torch.Tensor) -> None:
-    group.broadcast(tensor, 0).wait()
+    """Broadcast `tensor` from rank 0, waiting at most the group's timeout.
+
+    With a timeout NCCL's `wait` blocks this thread until the collective is done, and on timeout
+    aborts the communicator and raises; without one it only orders the current stream after
+    the collective, and a hung broadcast would block the next `.item()` or synchronize forever.
+    A failed group is let go of here (and by `Sender.send`): a gloo group closes its sockets when
+    the last reference goes (`shutdown()` does not), so the other ranks' pending broadcasts fail
+    at once instead of each waiting out its own timeout (measured: a receiver whose sender
+    stopped waited the whole timeout, one whose sender dropped the group 0.5 s). NCCL's peers
+    learn only by their own timeouts; its paths here are written from torch's documentation and
+    source (`WorkNCCL::wait`), not run: the tests have no GPUs."""
+    timeout = group.options._timeout
+    try:
+        group.broadcast(tensor, 0).wait(timeout)
+    except RuntimeError as error:  # torch's DistBackendError is one
+        where = f"rank {group.rank()} of {group.size()}"
+        del group  # this frame lives on in the traceback: it must not keep the group open
+        raise BroadcastBroken(f"{where}: {first_line(error)} (timeout "
+                              f"{timeout.total_seconds():g} s)") from error
+
+
+def first_line(error: BaseException) -> str:
+    """A torch.distributed error's message without its source location and boilerplate: gloo's
+    '[.../pair.cc:537] Read error [127.0.0.1]:4998: Connection reset by peer. This is typically
+    caused by ...' is 'Read error [127.0.0.1]:4998: Connection reset by peer'."""
+    lines = str(error).strip().splitlines() or [type(error).__name__]
+    line = re.sub(r"^\[[^\]]*\] ", "", lines[0])
+    return line.split(". This is typically")[0]
 
 
 def _node_ip() -> str:

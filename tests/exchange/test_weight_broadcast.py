@@ -4,6 +4,7 @@ gloo broadcast from a sender to two receiver processes."""
 from __future__ import annotations
 
 import multiprocessing as mp
+import threading
 import time
 
 import pytest
@@ -124,3 +125,46 @@ def test_a_receiver_whose_sender_never_comes_times_out():
         receiver = wb.Receiver(rank=1, device="cpu", **sender.address())
         receiver.receive()
     assert time.monotonic() - start < 30
+
+
+def test_a_receiver_that_leaves_mid_stream_breaks_the_send_and_the_others_receive_at_once():
+    """Rank 2 drops its group after the first buckets, as a process that died closes its
+    sockets: the sender's broadcast fails in one line naming its rank and timeout, it drops the
+    group, and rank 1's receive fails with it at once, not after the 20 s timeout. Receivers in
+    threads: gloo's groups in one process act as in many."""
+    weights = {f"w{i}": torch.full((16, 16), float(i)) for i in range(20)}  # 1 KiB each
+    sender = wb.Sender("gloo", weights, world_size=3, timeout_s=20, bucket_bytes=1024)
+    left, errors = threading.Event(), {}
+
+    def receive(rank: int) -> None:
+        receiver = wb.Receiver(rank=rank, device="cpu", **sender.address())
+        try:
+            _, tensors = receiver.receive()
+            for index, _ in enumerate(tensors):
+                if rank == 2 and index == 1:
+                    receiver.group = None  # its last reference: the group closes its sockets
+                    left.set()
+                    return
+        except wb.BroadcastBroken as error:
+            errors[rank] = (str(error), time.monotonic())
+
+    def after_rank_2_left(payloads):
+        for index, payload in enumerate(payloads):
+            if index == 3:
+                assert left.wait(20)
+            yield payload
+
+    threads = [threading.Thread(target=receive, args=(rank,)) for rank in (1, 2)]
+    for thread in threads:
+        thread.start()
+    sender.join()
+    sender.in_transit = after_rank_2_left
+    with pytest.raises(wb.BroadcastBroken, match="^rank 0 of 3: .+ \\(timeout 20 s\\)$"):
+        sender.send(weights, version=1)
+    failed_at = time.monotonic()
+    assert sender.group is None
+    for thread in threads:
+        thread.join(timeout=30)
+    message, at = errors[1]
+    assert message.startswith("rank 1 of 3: ") and message.endswith(" (timeout 20 s)")
+    assert at - failed_at < 5
