@@ -20,20 +20,37 @@ The members are fixed when a sync is set up, so anything that changes them (a ru
 a restored runner) makes the next sync fall back to RLlib's object-store sync, and the one after
 it set up again. The driver's own env runner is not a member: it receives the learner's weights
 only when something reads them (evaluation, checkpoints, restoring a runner).
+
+A process that dies inside a broadcast (peers: TRL's weight sync sat in an NCCL broadcast with no
+timeout until the job was killed, huggingface/trl#6913) ends the sync within
+`weight_sync_timeout_s`, in one line naming what died and the setting: every collective waits at
+most that long, and the learner, whose send fails first, drops the group, so the runners still
+receiving fail at once too (`exchange/weight_broadcast.py`). A runner that died is RLlib's to
+restore where it tolerates failed runners: the sync warns, goes through the object store this
+time, and builds a new group once the runner is back. Where RLlib does not tolerate them, or the
+learner died, the run stops with `WeightSyncError`.
 """
 
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
+from ray.exceptions import RayActorError
 from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_RL_MODULE
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
+from rllib_llm.exchange.weight_broadcast import BroadcastBroken, first_line
 from rllib_llm.exchange.weight_checksums import WeightChecksumError
 
 logger = logging.getLogger(__name__)
+
+
+class WeightSyncError(RuntimeError):
+    """A direct weight sync that cannot go on, in one line: what failed, the setting, the fix."""
 
 
 class DirectWeightSync:
@@ -50,27 +67,31 @@ class DirectWeightSync:
     def sync(self) -> bool:
         """Send the learner's weights to every remote runner.
 
-        Returns False, having changed nothing, when a runner is down or the sync failed: the
-        caller then syncs through the object store, and the sync is set up again next time.
-        Raises `WeightChecksumError` when a runner refused a bucket of the weights.
+        Returns False, having changed nothing, when a runner is down or the sync failed (a
+        runner died or timed out mid-sync: one warning line): the caller then syncs through the
+        object store, and the sync is set up again next time. Raises `WeightChecksumError` when
+        a runner refused a bucket of the weights, and `WeightSyncError` when the learner died or
+        did not finish in time, or a runner died where RLlib does not tolerate failed runners.
         """
         group = self.env_runner_group
         ids = group.healthy_env_runner_ids()
         if not ids or len(ids) < group.num_remote_env_runners():
             self.invalidate()
             return False
+        start = time.monotonic()
         try:
             if self._members != ids:
                 self._set_up(ids)
                 self._members = list(ids)
             versions, version = self._push(ids)
-        except (ValueError, WeightChecksumError):
-            raise  # a configuration error (e.g. 'nccl' without GPUs) or corrupt weights: loudly
-        except Exception as e:  # a runner died mid-sync, or the group timed out
-            logger.warning("%s weight sync failed (%s: %s); syncing through the object store "
-                           "and setting it up again next time.", self.config.weight_sync_backend,
-                           type(e).__name__, e)
+        except (ValueError, WeightChecksumError, WeightSyncError):
             self.invalidate()
+            raise  # a configuration error (e.g. 'nccl' without GPUs), corrupt weights, a death
+        except Exception as e:  # a runner died mid-sync (tolerated), or the group timed out
+            self.invalidate()
+            logger.warning("%s; syncing through the object store this time, and building the "
+                           "group again with the runners then healthy.",
+                           self._failure(ids, e, time.monotonic() - start))
             return False
         if sorted(versions) != [version] * len(ids):
             logger.warning("%s weight sync: runners report versions %s, the learner sent %s; "
@@ -106,6 +127,20 @@ class DirectWeightSync:
         """The object-store path synced the driver's runner too."""
         self._local_runner_stale = False
 
+    def _failure(self, ids: list[int], error: BaseException, seconds: float) -> str:
+        """What went wrong in a sync to runners `ids` that raised `error`, in one line."""
+        dead = self._dead(ids)
+        what = f"env runner(s) {dead} died during it" if dead else "it failed"
+        return (f"weight_sync_backend={self.config.weight_sync_backend!r}: {what} after "
+                f"{seconds:.1f} s (weight_sync_timeout_s={self.config.weight_sync_timeout_s:g}): "
+                f"{first_line(error)}")
+
+    def _dead(self, ids: list[int]) -> list[int]:
+        """Runners of `ids` RLlib has taken out of service: a call to them raised a Ray error
+        (the process died; a runner's own errors come back as answers, see `refusal_or`)."""
+        healthy = set(self.env_runner_group.healthy_env_runner_ids())
+        return [i for i in ids if i not in healthy]
+
     # --- what each sync does ----------------------------------------------------------------------
     def _set_up(self, ids: list[int]) -> None:
         """Prepare a sync to runners `ids` (raise ValueError for a placement it cannot serve)."""
@@ -115,22 +150,47 @@ class DirectWeightSync:
         raise NotImplementedError
 
     def _on_runners(self, fn, ids: list[int]) -> list[Any]:
-        """`fn(runner)` on remote runners `ids`; an error if any did not answer in time."""
-        results = self.env_runner_group.foreach_env_runner(
-            fn, remote_worker_ids=ids, local_env_runner=False,
-            timeout_seconds=self.config.weight_sync_timeout_s,
-        )
+        """`fn(runner)` on remote runners `ids`; an error if any did not answer in time, a
+        `WeightSyncError` if one died and RLlib does not tolerate failed runners."""
+        timeout_s = self.config.weight_sync_timeout_s
+        try:
+            results = self.env_runner_group.foreach_env_runner(
+                fn, remote_worker_ids=ids, local_env_runner=False, timeout_seconds=timeout_s)
+        except RayActorError as death:  # RLlib raises it where it does not tolerate failures
+            raise WeightSyncError(
+                f"weight_sync_backend={self.config.weight_sync_backend!r}: env runner(s) "
+                f"{self._dead(ids) or '?'} died during the weight sync "
+                f"(weight_sync_timeout_s={timeout_s:g}) and failed env runners are not "
+                "tolerated: set config.fault_tolerance(restart_failed_env_runners=True) to carry "
+                f"on with them restored ({first_line(death)})") from None
         if len(results) != len(ids):
-            raise RuntimeError(f"{len(ids) - len(results)} env runner(s) did not answer "
-                               f"within weight_sync_timeout_s={self.config.weight_sync_timeout_s}")
+            dead = self._dead(ids)
+            raise RuntimeError(f"env runner(s) {dead} died" if dead else
+                               f"{len(ids) - len(results)} env runner(s) did not answer within "
+                               f"weight_sync_timeout_s={timeout_s:g}")
         return results
 
     def _on_learner(self, fn) -> Any:
-        """`fn(learner)` on the (single) learner, local or remote; raises its error."""
-        result = self.learner_group.foreach_learner(fn).result_or_errors[0]
+        """`fn(learner)` on the (single) learner, local or remote; raises its error, or a
+        `WeightSyncError` if a remote learner died or did not answer in time."""
+        timeout_s = self.config.weight_sync_timeout_s
+        # A local learner runs `fn` here, ended by its collectives' own timeouts.
+        answers = self.learner_group.foreach_learner(
+            fn, timeout_seconds=2 * timeout_s).result_or_errors
+        if not answers:
+            raise WeightSyncError(self._learner_lost(f"did not answer within 2 x "
+                                                     f"weight_sync_timeout_s={timeout_s:g}"))
+        result = answers[0]
         if not result.ok:
+            if isinstance(result.get(), RayActorError):
+                raise WeightSyncError(self._learner_lost(
+                    f"died (weight_sync_timeout_s={timeout_s:g}): {first_line(result.get())}"))
             raise result.get()
         return result.get()
+
+    def _learner_lost(self, what: str) -> str:
+        return (f"weight_sync_backend={self.config.weight_sync_backend!r}: the learner {what}; "
+                "the run cannot go on without it: resume the run from its last checkpoint")
 
 
 class BroadcastWeightSync(DirectWeightSync):
@@ -162,19 +222,43 @@ class BroadcastWeightSync(DirectWeightSync):
             lambda learner: learner.broadcast_weights(),
             lambda runner: refusal_or(runner.receive_weights), ids)
         for answer in versions:
-            if isinstance(answer, WeightChecksumError):
+            if isinstance(answer, (WeightChecksumError, BroadcastBroken)):
                 raise answer
         return versions, version
 
     def _concurrently(self, on_learner, on_runner, ids: list[int]) -> tuple[list[Any], Any]:
-        """Run `on_learner` on the learner and `on_runner` on runners `ids` at the same time."""
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            learner_call = pool.submit(self._on_learner, on_learner)
-            try:
-                runner_results = self._on_runners(on_runner, ids)
-            finally:
-                learner_result = learner_call.result()  # the learner's call ends by timeout
+        """Run `on_learner` on the learner and `on_runner` on runners `ids` at the same time.
+
+        A failure of either side is raised once both have ended, a `WeightSyncError` first."""
+        pool = ThreadPoolExecutor(max_workers=1)
+        learner_call = pool.submit(self._on_learner, on_learner)
+        pool.shutdown(wait=False)  # a call that never returns is left behind, not waited for
+        runner_error = None
+        try:
+            runner_results = self._on_runners(on_runner, ids)
+        except Exception as e:
+            runner_error = e
+        try:
+            learner_result = self._learner_result(learner_call)
+        except Exception:
+            if isinstance(runner_error, WeightSyncError):
+                raise runner_error from None
+            raise
+        if runner_error is not None:
+            raise runner_error
         return runner_results, learner_result
+
+    def _learner_result(self, call: Future) -> Any:
+        """The learner's answer, waiting for it at most 2 x weight_sync_timeout_s: each of its
+        collectives ends within weight_sync_timeout_s by itself, so this bounds only a call
+        that hangs outside them (a local learner's thread cannot be stopped, only left)."""
+        timeout_s = self.config.weight_sync_timeout_s
+        try:
+            return call.result(timeout=2 * timeout_s)
+        except FutureTimeout:
+            raise WeightSyncError(self._learner_lost(
+                f"did not finish its part of the weight sync within 2 x "
+                f"weight_sync_timeout_s={timeout_s:g}")) from None
 
 
 class CudaIpcWeightSync(DirectWeightSync):
@@ -195,12 +279,14 @@ class CudaIpcWeightSync(DirectWeightSync):
 
 
 def refusal_or(load) -> Any:
-    """`load()` on a runner, a `WeightChecksumError` returned as its answer instead of raised:
-    RLlib's runner group logs and drops a runner's error where it tolerates failed runners (its
-    default), and a refused bucket must reach the driver."""
+    """`load()` on a runner, a `WeightChecksumError` or `BroadcastBroken` returned as its answer
+    instead of raised: RLlib's runner group logs and drops a runner's error where it tolerates
+    failed runners (its default), and a refused bucket must reach the driver; a runner whose
+    broadcast broke (the learner or another runner died) is itself fine, and RLlib would take it
+    out of service, logging gloo's stack."""
     try:
         return load()
-    except WeightChecksumError as refusal:
+    except (WeightChecksumError, BroadcastBroken) as refusal:
         return refusal
 
 

@@ -37,6 +37,7 @@ class EnvRunnerGroup:
 
 
 def learner_group(learner) -> SimpleNamespace:
-    """RLlib's LearnerGroup with one stand-in learner: `foreach_learner(fn)` answers fn(learner)."""
-    return SimpleNamespace(foreach_learner=lambda fn: SimpleNamespace(
+    """RLlib's LearnerGroup with one stand-in learner, local: `foreach_learner(fn)` answers
+    fn(learner) (its keyword arguments, a timeout among them, change nothing for a local one)."""
+    return SimpleNamespace(foreach_learner=lambda fn, **_: SimpleNamespace(
         result_or_errors=[SimpleNamespace(ok=True, get=lambda: fn(learner))]))

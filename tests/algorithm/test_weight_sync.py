@@ -1,14 +1,20 @@
 """Broadcast weight sync end to end (`weight_sync_backend="gloo"`, the CPU twin of 'nccl'):
-remote runners get the learner's exact weights and version, a killed runner is restored and the
-group rebuilt, evaluation runs on the broadcast's runners, and bad settings fail clearly."""
+remote runners get the learner's exact weights and version, a runner killed inside a broadcast
+ends the sync in one line and is restored and the group rebuilt, evaluation runs on the
+broadcast's runners, and bad settings fail clearly."""
 
 from __future__ import annotations
 
+import functools
+import logging
+import os
 import time
 
 import pytest
+import ray
 import torch
 
+from rllib_llm.exchange import weight_broadcast
 from rllib_llm.recipes.embedded import embedded_config
 
 TINY = dict(rollout_batch_size=2, num_return_sequences_in_group=2, response_length=4)
@@ -63,21 +69,68 @@ def test_runners_receive_the_learners_exact_weights_and_version():
     algo.stop()
 
 
-def test_a_killed_runner_is_restored_with_current_weights_and_rejoins_the_group(kill_env_runner):
-    algo = broadcast_config().fault_tolerance(restart_failed_env_runners=True).build_algo()
-    algo.train()
-    kill_env_runner(algo, 1)
+def test_a_runner_killed_inside_a_broadcast_ends_the_sync_in_one_line_and_rejoins_restored(
+        env_runner_actor, monkeypatch, caplog):
+    """Runner 1's process is killed once the learner has sent the first of the stream's ~140
+    buckets: the learner's send fails, it drops the group, runner 2's receive fails with it,
+    and the sync ends well inside weight_sync_timeout_s with one warning naming runner 1. RLlib
+    tolerates the dead runner and restarts it; runner 2 stays in service and gets the weights
+    through the object store; once runner 1 is back, with the learner's current weights, the
+    next sync builds a new group with both and broadcasts over it."""
+    timeout_s = 5
+    algo = (broadcast_config()
+            .env_runners(weight_sync_bucket_bytes=16 * 1024, weight_sync_timeout_s=timeout_s)
+            .fault_tolerance(restart_failed_env_runners=True).build_algo())
+    actor = env_runner_actor(algo, 1)
+    [pid] = algo.env_runner_group.foreach_env_runner(
+        lambda runner: os.getpid(), remote_worker_ids=[1], local_env_runner=False)
+    killed_at = []
+
+    def kill_runner_1_after_the_first_bucket(payloads):
+        for index, payload in enumerate(payloads):
+            if index == 1 and not killed_at:
+                ray.kill(actor, no_restart=False)
+                while _running(pid):
+                    time.sleep(0.01)
+                killed_at.append(time.monotonic())
+            yield payload
+
+    monkeypatch.setattr(weight_broadcast, "Sender", functools.partial(
+        weight_broadcast.Sender, in_transit=kill_runner_1_after_the_first_bucket))
+    with caplog.at_level(logging.WARNING, logger="rllib_llm.algorithm.weight_sync"):
+        algo.train()  # its sync sets the group up, and runner 1 dies inside the broadcast
+    assert killed_at and time.monotonic() - killed_at[0] < timeout_s
+    [line] = [r.getMessage() for r in caplog.records if r.name.endswith("weight_sync")]
+    assert "\n" not in line
+    assert line.startswith("weight_sync_backend='gloo': env runner(s) [1] died during it after ")
+    assert f"(weight_sync_timeout_s={timeout_s}): rank 0 of 3: " in line
+    assert algo.direct_sync.members is None
+    assert 2 in algo.env_runner_group.healthy_env_runner_ids()
+    [(version, weights)] = algo.env_runner_group.foreach_env_runner(
+        lambda r: (r.engine.weight_version, r.module.model.state_dict()),
+        remote_worker_ids=[2], local_env_runner=False)
+    assert version == algo.learner_version() == 1
+    for name, tensor in learner_weights(algo).items():
+        assert torch.equal(weights[name], tensor), name
+
     deadline = time.monotonic() + 120
-    algo.train()  # samples with the survivor; the sync falls back to the object store
     while algo.env_runner_group.num_healthy_remote_workers() < 2 and time.monotonic() < deadline:
-        algo.train()
+        algo.train()  # samples with the survivor; the sync goes through the object store
         time.sleep(0.5)
     assert algo.env_runner_group.num_healthy_remote_workers() == 2
-    algo.train()  # restored: the next sync rebuilds the group and broadcasts over it
-    version = algo.learner_version()
-    assert_runners_hold(algo, version=version)
+    algo.train()  # restored: the next sync builds a new group and broadcasts over it
+    assert_runners_hold(algo, version=algo.learner_version())
     assert algo.direct_sync.members == [1, 2]
     algo.stop()
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` still runs (not gone, not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:  # gone (ENOENT), or going while it is read (ESRCH)
+        return False
 
 
 def test_broadcast_settings_are_validated():
