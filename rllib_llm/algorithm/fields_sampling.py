@@ -131,8 +131,12 @@ SAMPLING_FIELDS: tuple[Field, ...] = (
           "(vLLM also holds a larger weight whole while it is assembled).", positive_int, "engine"),
     Field("weight_sync_timeout_s", 300.0,
           "Broadcast weight sync: seconds to wait for every process to join the group or finish "
-          "a broadcast before failing; a failed broadcast falls back to 'object_store' for that "
-          "sync and the group is rebuilt.", positive, "engine"),
+          "a broadcast (each collective, and the runners' whole receive; the learner's whole "
+          "send at most twice that) before failing. A broadcast that fails or times out, or a "
+          "runner that dies inside one (restored by RLlib where it tolerates failed runners), "
+          "makes that sync go through 'object_store' with one warning line, and the group is "
+          "rebuilt; a learner that dies, or a runner that dies where failed runners are not "
+          "tolerated, stops the run in one line (WeightSyncError).", positive, "engine"),
     Field("recompute_old_logp", None,
           "Recompute old_logp with the learner's model before the first epoch, keeping the "
           "sampler's log-probs as rollout_logp (logged: rollout_kl_k1/k3). Without it old_logp "
