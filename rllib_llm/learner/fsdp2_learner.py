@@ -50,6 +50,7 @@ from rllib_llm.learner.learner import (
     CRITIC_GRAD_NORM,
     GRAD_NORM,
     RLVRLearner,
+    number_lr,
     use_configured_kernel,
 )
 from rllib_llm.learner.module import (
@@ -72,6 +73,11 @@ class FSDP2RLVRLearner(RLVRLearner):
     # choice on a CPU) took 26 ms of a 95 ms update of the embedded model, against 4 ms for DDP's
     # plain tensors; foreach dispatches each op once over all of them (the same update, bitwise).
     ADAM_FOREACH = True
+
+    @staticmethod
+    def _set_optimizer_lr(optimizer: torch.optim.Optimizer, lr) -> None:
+        """RLlib's lr (each step of a schedule too), as a number for the foreach kernel."""
+        number_lr(optimizer, lr)
 
     def _make_modules_ddp_if_necessary(self) -> None:
         """No DDP wrapper: FSDP2 reduce-scatters the gradients in each backward."""
