@@ -113,8 +113,8 @@ class RLVRConfig(AlgorithmConfig):
     size)."""
     weight_sync_timeout_s: float
     """Broadcast weight sync: seconds to wait for every process to join the group or finish a
-    broadcast before failing; a failed broadcast falls back to 'object_store' for that sync and the
-    group is rebuilt."""
+    broadcast (each collective, and the runners' whole receive; the learner's whole send at most
+    twice that) before failing."""
     recompute_old_logp: bool | None
     """Recompute old_logp with the learner's model before the first epoch, keeping the sampler's
     log-probs as rollout_logp (logged: rollout_kl_k1/k3)."""

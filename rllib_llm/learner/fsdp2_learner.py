@@ -37,6 +37,7 @@ so it restores into a torch learner too.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any
 
@@ -113,6 +114,27 @@ class FSDP2RLVRLearner(RLVRLearner):
             return super()._update(batch, **kwargs)
         finally:
             fsdp2.reshard(self.module[DEFAULT_MODULE_ID])
+
+    @contextlib.contextmanager
+    def _gradient_sync(self, *, last: bool):
+        """Where each layer stays whole through its forward and backward
+        (fsdp_reshard_after_forward False), the gradients stay whole through a step as well:
+        every micro-batch's backward but the last adds to them without communicating (torch's
+        `set_requires_gradient_sync(False)`, as DDP's `no_sync`), and the last one's
+        reduce-scatters their sum once, summed in DDP's order. Otherwise every micro-batch's
+        backward reduce-scatters its own."""
+        module = self.module[DEFAULT_MODULE_ID]
+        accumulate = not last and not fsdp2.reshards_after_forward(
+            self.config.fsdp_reshard_after_forward, torch.device(self._device))
+        models = [getattr(module, name) for name in (*SHARDED_MODELS, VALUE_HEAD)
+                  if accumulate and hasattr(module, name)]
+        for model in models:
+            model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            for model in models:
+                model.set_requires_gradient_sync(True)
 
     def _apply_step(self, step: dict[str, float], total: torch.Tensor, *,
                     pretraining: bool) -> dict[str, float]:

@@ -236,13 +236,15 @@ def test_two_fsdp2_learners_take_the_update_of_one_torch_learner_holding_half_of
     print(f"held bytes: one learner {held_one}, fsdp2 learners {held_two}")
     assert max(float((w1[k] - before[k]).abs().max()) for k in w1) > 1e-2  # it trained
     assert w2.keys() == w1.keys()
-    # Within 1e-6 after one update (4 steps; measured 3.9e-7 with SCORING, 2.4e-7 without).
-    # Reduce-scattered sums round differently from one learner's, and Adam divides by the root
-    # of small second moments, so the rounding grows step by step (measured 3.9e-7, 7.4e-7,
-    # 1.1e-6, 1.6e-6 after the next four with SCORING; 2.9e-6, 5.2e-6, 8.7e-6, 2.0e-5 without;
-    # the DDP and ZeRO tests allow 2e-5 after one).
+    # Within 1e-6 after five updates (of 4 steps each; measured 2.5e-7, 2.5e-7, 4.1e-7, 6.6e-7,
+    # 9.2e-7; two DDP learners 2.5e-7 .. 9.9e-7 in this harness: benchmarks/memory/
+    # learner_drift.py). On a CPU the gradients are accumulated whole over a step's micro-batches
+    # and reduce-scattered once (fsdp_reshard_after_forward 'auto'), summed in DDP's order; a
+    # reduce-scatter per micro-batch summed them in another (3.9e-7 .. 1.6e-6). Adam divides by
+    # the root of small second moments, so any rounding grows step by step: without SCORING the
+    # same learners drift to 1.4e-5 after five, DDP's to 2.8e-6, ZeRO-2's to 2.0e-5.
     print("largest weight difference after each update:", drift)
-    assert drift[0] < 1e-6 and drift[-1] < 4e-5, drift
+    assert drift[0] < 1e-6 and drift[-1] < 1.2e-6, drift  # (a margin for other CPUs' kernels)
     # Adam's moments, gathered from the shards, are the torch learner's, in torch Adam's format
     # (up to the drift above: each within 1% of its norm).
     assert s2["state"].keys() == s1["state"].keys()
@@ -335,7 +337,7 @@ def test_two_fsdp2_learners_train_lora_adapters_and_a_critic_as_one_torch_learne
     assert all(".lora_" in k or k.startswith("critic.") for k in w1), sorted(w1)[:5]
     worst = max(w1, key=lambda k: float((w2[k] - w1[k]).abs().max()))
     print("largest weight difference after each update:", drift, "at", worst)
-    assert drift[0] < 1e-5 and drift[-1] < 2e-5, drift  # (measured: 2.3e-6 twice)
+    assert drift[0] < 1e-5 and drift[-1] < 2e-5, drift  # (measured: 1.5e-6 twice)
     # The env runners hold the merged policy the learners hold.
     assert runners[1].keys() == runners[0].keys()
     merged_drift = max(float((torch.as_tensor(runners[1][k]) - torch.as_tensor(v)).abs().max())
