@@ -32,12 +32,12 @@ import torch
 import torch.distributed as dist
 from ray.rllib.core import COMPONENT_OPTIMIZER, COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
 
+from rllib_llm.learner.adam_kernel import use_configured_kernel
 from rllib_llm.learner.deepspeed_config import deepspeed_config
 from rllib_llm.learner.learner import (
     GRAD_NORM,
     RLVRLearner,
     tensor_state_bytes,
-    use_configured_kernel,
 )
 from rllib_llm.learner.module import RUN_IN_FORWARD
 from rllib_llm.learner.weight_buckets import weight_buckets

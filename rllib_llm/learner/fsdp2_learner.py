@@ -47,22 +47,20 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from torch.distributed.device_mesh import init_device_mesh
 
 from rllib_llm.learner import fsdp2, shards
+from rllib_llm.learner.adam_kernel import number_lr, use_configured_kernel
 from rllib_llm.learner.learner import (
     CRITIC_GRAD_NORM,
     GRAD_NORM,
     RLVRLearner,
-    number_lr,
-    use_configured_kernel,
 )
 from rllib_llm.learner.module import (
     CRITIC,
-    IN_OWN_FORWARD,
     MODEL,
     REFERENCE,
-    RELEASE_GATHERED,
     TEACHER,
     VALUE_HEAD,
 )
+from rllib_llm.learner.sharded_hooks import IN_OWN_FORWARD, RELEASE_GATHERED
 
 # The models of an RLVRModule that FSDP2 learners shard layer by layer, each with the second
 # forward its trunk and heads run in when called apart (`RLVRModule`'s `in_own_forward`).

@@ -56,6 +56,7 @@ from rllib_llm.exchange.devices import IS_GPU, announce, is_gpu, module_device, 
 from rllib_llm.exchange.host_memory import release_freed_memory
 from rllib_llm.exchange.threads import set_torch_threads
 from rllib_llm.learner import data_parallel, micro_batches, shards
+from rllib_llm.learner.adam_kernel import use_configured_kernel
 from rllib_llm.learner.learner_group import SHARDS_DIR
 from rllib_llm.learner.module import TEACHER
 from rllib_llm.learner.optimizer_steps import minibatch_rows, row_groups
@@ -582,25 +583,3 @@ def nonfinite_causes(cfg) -> str:
         return (f"lr={lr!r}, model_dtype={cfg.model_dtype!r} and grad_clip={cfg.grad_clip!r} are "
                 f"not the usual suspects; likely cause: {rewards}, else lower lr")
     return f"Likely causes: {', '.join(causes)}, or {rewards}"
-
-
-def number_lr(optim: torch.optim.Optimizer, lr) -> None:
-    """Set `lr` on every param group as a Python number: RLlib's lr schedules hand over a float32
-    tensor, which torch Adam's foreach kernel refuses (it takes a tensor only when capturable,
-    which a CPU is not)."""
-    for group in optim.param_groups:
-        group["lr"] = float(lr)
-
-
-def use_configured_kernel(optim: torch.optim.Optimizer, fused: bool,
-                          foreach: bool | None = None) -> None:
-    """torch Adam's kernel choice lives in its param groups, which load_state_dict replaces with
-    the saved ones: set it back (fused steps keep their step counts on the parameters' device)."""
-    for group in optim.param_groups:
-        group["fused"], group["foreach"] = fused, foreach
-        if foreach and isinstance(group["lr"], torch.Tensor):
-            group["lr"] = float(group["lr"])  # (`number_lr`)
-        for param in group["params"] if fused else ():
-            step = optim.state.get(param, {}).get("step")
-            if torch.is_tensor(step):
-                optim.state[param]["step"] = step.to(param.device, torch.float32)

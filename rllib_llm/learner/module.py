@@ -39,6 +39,7 @@ from rllib_llm.exchange.memory_budgets import (
 from rllib_llm.exchange.precision import autocast_for_device, precision_note, warn_if_emulated
 from rllib_llm.learner import micro_batches, remove_padding
 from rllib_llm.learner.module_settings import ModuleSettings
+from rllib_llm.learner.sharded_hooks import in_own_forward, release_gathered
 from rllib_llm.learner.tensor_state import TensorState
 from rllib_llm.learner.token_logp import head_token_logp_and_entropy, token_logp_and_entropy
 from rllib_llm.models import DTYPES, load_model, lora
@@ -54,11 +55,6 @@ REFERENCE = "reference_model"
 TEACHER = "teacher_model"
 # forward_train's keyword that runs a function inside the module's forward (see `forward_via`).
 RUN_IN_FORWARD = "run_in_forward"
-# A model's second forward, fn -> fn(), that FSDP2 learners register (fsdp2.shard_model).
-IN_OWN_FORWARD = "in_own_forward"
-# What frees the weights a sharded model gathered, () -> None, that FSDP2 learners set: a
-# no-grad forward has no backward to free them (fsdp2.reshard).
-RELEASE_GATHERED = "release_gathered"
 CRITIC = "critic"  # a separate value model (models/value_model.py)
 VALUE_HEAD = "value_head"  # a value head on the policy's own trunk
 # Hugging Face config attributes of a step between the LM head and the logits (Gemma's soft-capping,
@@ -531,23 +527,6 @@ class RLVRModule(TorchRLModule, InferenceOnlyAPI, ValueFunctionAPI):
             scaling=self.lora["alpha"] / self.lora["rank"])
         rest = {k: v for k, v in state.items() if k not in adapters}
         return {**rest, **{prefix + k: v for k, v in merged.items()}}
-
-
-def in_own_forward(model: torch.nn.Module, fn):
-    """fn(), which calls `model`'s trunk and heads apart, inside `model`'s second forward where a
-    sharded learner registered one (`IN_OWN_FORWARD`: FSDP2 gathers the root's weights, the
-    embeddings and heads, in a forward only), else plainly."""
-    run = getattr(model, IN_OWN_FORWARD, None)
-    return fn() if run is None else run(fn)
-
-
-def release_gathered(model: torch.nn.Module) -> None:
-    """Free what a sharded `model` gathered in a no-grad pass (`RELEASE_GATHERED`), so that
-    nothing done between passes (peft switching adapters' requires_grad) acts on whole copies
-    FSDP2 then drops; nothing for an unsharded model."""
-    release = getattr(model, RELEASE_GATHERED, None)
-    if release is not None:
-        release()
 
 
 def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
