@@ -13,6 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 from ray.exceptions import RayActorError
+from sync_standins import BroadcastLearner as Learner
+from sync_standins import BroadcastRunner as Runner
 from sync_standins import EnvRunnerGroup, learner_group  # (tests/algorithm: on sys.path)
 
 from rllib_llm.algorithm.weight_sync import BroadcastWeightSync, WeightSyncError
@@ -23,37 +25,6 @@ RESET = BroadcastBroken("rank 0 of 3: Read error [127.0.0.1]:4998: Connection re
                         "(timeout 5 s)")
 # ... and what a surviving runner's receive raises once the learner has dropped the group.
 CLOSED = BroadcastBroken("rank 1 of 3: Connection closed by peer [127.0.0.1]:15594 (timeout 5 s)")
-
-
-class Learner:
-    def __init__(self, error: Exception | None = None, hang: threading.Event | None = None):
-        self.error, self.hang = error, hang
-
-    def open_weight_broadcast(self, **_) -> dict:
-        return {}
-
-    def join_weight_broadcast(self) -> None:
-        pass
-
-    def broadcast_weights(self) -> int:
-        if self.hang is not None:
-            self.hang.wait(30)
-        if self.error is not None:
-            raise self.error
-        return 3
-
-
-class Runner:
-    def __init__(self, index: int, error: Exception | None = None):
-        self.worker_index, self.error = index, error
-
-    def join_weight_broadcast(self, **_) -> None:
-        pass
-
-    def receive_weights(self) -> int:
-        if self.error is not None:
-            raise self.error
-        return 3
 
 
 class Died(RayActorError):

@@ -8,6 +8,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from sync_standins import BroadcastLearner as Learner
+from sync_standins import BroadcastRunner as Runner
 from sync_standins import EnvRunnerGroup, learner_group  # (tests/algorithm: on sys.path)
 
 from rllib_llm.algorithm.weight_sync import BroadcastWeightSync
@@ -15,30 +17,6 @@ from rllib_llm.exchange.weight_checksums import WeightChecksumError
 
 REFUSAL = ("weight sync of learner version 3: bucket 2 of 9 is corrupt: model.norm.weight (64,) "
            "does not match the checksum its sender computed; refusing it.")
-
-
-class Learner:
-    def open_weight_broadcast(self, **_) -> dict:
-        return {}
-
-    def join_weight_broadcast(self) -> None:
-        pass
-
-    def broadcast_weights(self) -> int:
-        return 3
-
-
-class Runner:
-    def __init__(self, index: int, error: Exception | None = None):
-        self.worker_index, self.error = index, error
-
-    def join_weight_broadcast(self, **_) -> None:
-        pass
-
-    def receive_weights(self) -> int:
-        if self.error is not None:
-            raise self.error
-        return 3
 
 
 def sync_for(runners: list[Runner]) -> BroadcastWeightSync:
