@@ -84,7 +84,10 @@ demo: setup $(if $(filter vllm,$(ENGINE)),setup-vllm)
 # faster than the morning's); 39.6 minutes (4,499 test-seconds, 2,164 tests) on 2026-11-29 with
 # the agent gateway, FSDP2 and the fault tests, on a quiet machine with AVX-512 BF16; 35.5
 # minutes (4,166 test-seconds, 2,199 tests) later that day, with FSDP2's new tests and the
-# `openai`-client agent's learning run folded into the Agents SDK example's. CI adds its
+# `openai`-client agent's learning run folded into the Agents SDK example's; 29.8 minutes (2,757
+# test-seconds, 2,220 tests) at noon that day with the FSDP2, sync and profiler tests of issues
+# 49-50, on the same kind of machine (most of the drop is the machine's speed that hour, not
+# measured apart). CI adds its
 # set-up (a few minutes) and `make test-vllm`: 75 s to
 # install vLLM, then its tests one at a time (vLLM spawns engine processes), ~3 minutes now that its
 # learning test trains 50 iterations (300 before: 6 minutes).
