@@ -287,9 +287,14 @@ def run_placement(name: str, sizes: Sizes) -> dict:
 def shape_config(sizes: Sizes, path: str, overrides: dict | None = None):
     """GRPO as benchmarks/peers/trl_comparison.py runs it, on the 403M shape; memory settings at
     their defaults unless `overrides` (--ours-set) names training settings. A local learner on the
-    GPU, one remote env runner at half of it."""
+    GPU, one remote env runner at half of it; a learner_strategy that shards ('fsdp2',
+    'deepspeed': ranks of RLlib's remote learner group) gets one remote learner at the other
+    half."""
     from rllib_llm import RLVRConfig
 
+    remote = (overrides or {}).get("learner_strategy", "torch") != "torch"
+    learners = dict(num_learners=1, num_gpus_per_learner=sizes.gpu / 2) if remote else \
+        dict(num_learners=0, num_gpus_per_learner=sizes.gpu)
     return (RLVRConfig()
             .environment("math_verify", env_config={"dataset": "arithmetic"})
             .training(model_name_or_path=path, model_dtype=sizes.dtype, pg_variant="ppo",
@@ -298,7 +303,7 @@ def shape_config(sizes: Sizes, path: str, overrides: dict | None = None):
                       lr=LR, use_kl_loss=False, pg_clip=0.2, grad_clip=1.0, temperature=1.0,
                       advantage_clip=None)
             .training(**(overrides or {}))
-            .learners(num_learners=0, num_gpus_per_learner=sizes.gpu)
+            .learners(**learners)
             .env_runners(num_env_runners=1, num_gpus_per_env_runner=sizes.gpu / 2)
             .debugging(seed=0, log_level="ERROR"))
 
@@ -449,7 +454,8 @@ def run_ours(sizes: Sizes, path: str, ray_address: str, overrides: dict,
         profiled = profiled_update(algo) if profile else None
         synced = weights_synced(algo)
         learner = algo.learner_group.foreach_learner(peak_memory).result_or_errors[0].get()
-        memory = {"learner (driver)": learner,
+        where = "remote" if config.num_learners else "driver"
+        memory = {f"learner ({where})": learner,
                   **dict(on_runners(algo, runner_peak_memory, local=False))}
         processes = process_reports(algo)
         # The memory settings, and whatever --ours-set changed (the table's settings line).

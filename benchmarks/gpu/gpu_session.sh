@@ -19,6 +19,10 @@
 #               (micro-batches of 32 rows), 3 updates a side, peak memory; no extra runs
 #               (estimated ~5 minutes: writing 3 GB of weights, each side's load, TRL's
 #               model.generate of 256 x 512 tokens per update; never yet run on a GPU).
+#   fsdp2       issue 49's GPU check: ours only on the 403M shape with learner_strategy='fsdp2'
+#               (one remote learner at half the GPU, a mesh of one: NCCL, sharded Adam, the
+#               shards' weight sync), its phase table beside the defaults step's (~2 minutes,
+#               estimated; on the CPU --small: 47 s).
 #
 #   benchmarks/gpu/gpu_session.sh OUT            # defaults, then candidates: one call, ~8 minutes
 #   benchmarks/gpu/gpu_session.sh OUT padding    # a second call where the loan allows
@@ -32,7 +36,8 @@
 #   2. at once, while the machine is warm, if status says >= 4 minutes are left, timeout_s 300:
 #        source .gpu/setup.sh && bash benchmarks/gpu/gpu_session.sh "$OUT" padding
 #      (or large instead where >= 9 minutes are left: the first call ran short); then give_back.
-#   The next loan: large first (timeout_s 600), then padding if it has not run.
+#   The next loan: large first (timeout_s 600), then padding and fsdp2 if they have not run
+#   (one call: "$OUT" padding fsdp2, timeout_s 450).
 #
 # It needs what gpu_check.py needs (the package with its bench extra: Ray, TRL) in $PYTHON
 # (default python3).
@@ -40,7 +45,7 @@
 # ATTENTION (default flex_attention) is the learner's attn_implementation in candidates and
 # padding: a CPU runs no flex backward, hence sdpa there. GPU_CHECK_ARGS go to gpu_check.py.
 set -u
-out=${1:?usage: gpu_session.sh OUT_DIR [defaults] [candidates] [padding] [large]}
+out=${1:?usage: gpu_session.sh OUT_DIR [defaults] [candidates] [padding] [large] [fsdp2]}
 shift
 steps=${*:-defaults candidates}
 mkdir -p "$out"
@@ -76,7 +81,9 @@ for name in $steps; do
             --updates 4 ;;
         large) step large 540 "$python" "$here/gpu_check.py" --parts shape --shape 1.5b --runs \
             --json "$out/large.json" "${check_args[@]}" ;;
-        *) echo "gpu_session.sh: unknown step $name (defaults, candidates, padding, large)"
+        fsdp2) step fsdp2 200 "$python" "$here/gpu_check.py" --parts shape --skip-trl \
+            --ours-set 'learner_strategy="fsdp2"' --json "$out/fsdp2.json" "${check_args[@]}" ;;
+        *) echo "gpu_session.sh: unknown step $name (defaults, candidates, padding, large, fsdp2)"
            exit 2 ;;
     esac
 done

@@ -182,7 +182,7 @@ def print_phases(ours: dict) -> None:
     if synced:
         print(f"\nafter the last weight sync ({synced['backend']}) the runners' engines hold the "
               f"learner's weights: {'yes' if synced['ok'] else 'NO: ' + str(synced['runners'])}")
-    e = ours.get("engine_vs_generate")
+    e = ours.get("engine_vs_generate") or {}
     if e:
         print(f"\nengine alone: {e['engine_tokens_per_s']:,.0f} tokens/s ({e['engine_s']:.2f} s) "
               f"against model.generate's {e['generate_tokens_per_s']:,.0f} ({e['generate_s']:.2f} "
