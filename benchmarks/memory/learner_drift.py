@@ -30,21 +30,14 @@ ROWS = (("ddp", "torch DDP", "torch", {}, {}),
 
 
 def drift(strategy: str, both: dict, pair: dict, updates: int) -> list[float]:
-    from test_fsdp2 import build, weights  # the test's settings and seed
+    from test_fsdp2 import build, update_both  # the test's settings, seed and loop
 
     one, two = build("torch", 0, **both), build(strategy, 2, **both, **pair)
-    out = []
     try:
-        for _ in range(updates):
-            episodes = one.env_runner_group.local_env_runner.sample()
-            for algo in (one, two):
-                algo.update_learners(episodes)
-            w1, w2 = weights(one), weights(two)
-            out.append(max(float((w2[k] - w1[k]).abs().max()) for k in w1))
+        return update_both(one, two, updates)[0]
     finally:
         one.stop()
         two.stop()
-    return out
 
 
 def main() -> None:
