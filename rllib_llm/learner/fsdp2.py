@@ -94,6 +94,12 @@ def reshards_after_forward(setting: bool | str, device: torch.device) -> bool:
     return device.type != "cpu" if setting == "auto" else bool(setting)
 
 
+def reshard_note(setting: bool | str, device: torch.device) -> str:
+    """fsdp_reshard_after_forward as settled for a learner on `device`, for its build line."""
+    auto = " (auto)" if setting == "auto" else ""
+    return f"fsdp_reshard_after_forward={reshards_after_forward(setting, device)}{auto}"
+
+
 def _call(fn: Callable[[], Any]) -> Any:
     return fn()
 

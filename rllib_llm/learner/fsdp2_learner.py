@@ -88,7 +88,7 @@ class FSDP2RLVRLearner(RLVRLearner):
         module = multi[DEFAULT_MODULE_ID]
         device = torch.device(self._device)
         mesh = init_device_mesh(device.type, (dist.get_world_size(),))
-        reshard = fsdp2.reshards_after_forward(self.config.fsdp_reshard_after_forward, device)
+        reshard = self._reshards_after_forward()
         for name in SHARDED_MODELS:
             if hasattr(module, name):
                 model = fsdp2.shard_model(getattr(module, name), mesh,
@@ -103,6 +103,16 @@ class FSDP2RLVRLearner(RLVRLearner):
             module, bucket_bytes=self.config.weight_sync_bucket_bytes,
             first=dist.get_rank() == 0)
         return multi
+
+    def _reshards_after_forward(self) -> bool:
+        """fsdp_reshard_after_forward for this learner's device ('auto': on a GPU only)."""
+        return fsdp2.reshards_after_forward(self.config.fsdp_reshard_after_forward,
+                                            torch.device(self._device))
+
+    def _strategy_note(self) -> str:
+        """The build line's note: fsdp_reshard_after_forward as settled for this device."""
+        return fsdp2.reshard_note(self.config.fsdp_reshard_after_forward,
+                                  torch.device(self._device))
 
     def _update(self, batch: dict[str, Any], **kwargs):
         """The update, then every model back to its shards: the scoring passes before it (old
@@ -122,8 +132,7 @@ class FSDP2RLVRLearner(RLVRLearner):
         reduce-scatters their sum once, summed in DDP's order. Otherwise every micro-batch's
         backward reduce-scatters its own."""
         module = self.module[DEFAULT_MODULE_ID]
-        accumulate = not last and not fsdp2.reshards_after_forward(
-            self.config.fsdp_reshard_after_forward, torch.device(self._device))
+        accumulate = not last and not self._reshards_after_forward()
         models = [getattr(module, name) for name in (*SHARDED_MODELS, VALUE_HEAD)
                   if accumulate and hasattr(module, name)]
         for model in models:

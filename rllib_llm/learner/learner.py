@@ -120,7 +120,12 @@ class RLVRLearner(TorchLearner):
         module.use_budgets(budgets)
         rank, world = data_parallel.rank_and_world()
         announce("the learner" if world == 1 else f"learner {rank} of {world}", device,
-                 budgets.note)
+                 ", ".join(filter(None, (budgets.note, self._strategy_note()))))
+
+    def _strategy_note(self) -> str:
+        """What the learner strategy settled for this learner's device, for its build line
+        ('' where nothing)."""
+        return ""
 
     # torch Adam's `foreach` (None: torch's choice, which on a CPU is one tensor at a time);
     # FSDP2 learners take the foreach kernel, on a CPU bitwise the same update.

@@ -129,6 +129,10 @@ def test_reshard_after_forward_keeps_layers_whole_until_their_backward(tmp_path)
     assert [fsdp2.reshards_after_forward("auto", torch.device(d)) for d in ("cpu", "cuda")] \
         == [False, True]
     assert fsdp2.reshards_after_forward(True, torch.device("cpu")) is True
+    # What each learner's build line says it settled on.
+    assert fsdp2.reshard_note("auto", torch.device("cpu")) == \
+        "fsdp_reshard_after_forward=False (auto)"
+    assert fsdp2.reshard_note(True, torch.device("cpu")) == "fsdp_reshard_after_forward=True"
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
                             world_size=1)
     try:
