@@ -808,8 +808,10 @@ def main() -> None:
     def save() -> None:
         report["failures"] = failures_of(report, sizes)
         report["seconds"] = time.perf_counter() - start
-        if args.json:
-            Path(args.json).write_text(json.dumps(report, indent=1, default=str))
+        if args.json:  # beside, then renamed: a step's timeout may kill it mid-write
+            part = Path(f"{args.json}.part")
+            part.write_text(json.dumps(report, indent=1, default=str))
+            os.replace(part, args.json)
 
     def placements() -> None:
         report["placements"] = []
